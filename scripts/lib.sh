@@ -1,0 +1,159 @@
+# shellcheck shell=bash
+# Shared by scripts/demo, scripts/test and loadtest/run: install (Debian packages) and start
+# a private ZooKeeper and PostgreSQL on loopback, reuse them if already running, and stop
+# only what this run started.
+#
+# Ports and paths (override through the environment):
+#   SECKILL_ZK_PORT  (2181)  ZooKeeper client port, data under .run/zk
+#   SECKILL_PG_PORT  (5433)  PostgreSQL cluster "seckill" (pg_createcluster), role/password seckill
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN_DIR="$ROOT/.run"
+ZK_PORT="${SECKILL_ZK_PORT:-2181}"
+PG_PORT="${SECKILL_PG_PORT:-5433}"
+PG_CLUSTER=seckill
+STARTED=()
+
+log() { printf '\033[1;34m[seckill]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31m[seckill]\033[0m %s\n' "$*" >&2; exit 1; }
+
+# Root runs commands directly; anyone else goes through sudo (apt-get, pg_ctlcluster).
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+as_postgres() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+
+APT_UPDATED=0
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]} (Debian packages)"
+  if [ "$APT_UPDATED" -eq 0 ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# `ruok` over bash's /dev/tcp: no netcat needed.
+zk_ok() {
+  local reply
+  reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf ruok >&3 && cat <&3" 2>/dev/null || true)
+  [ "$reply" = imok ]
+}
+
+wait_for() { # wait_for SECONDS WHAT COMMAND...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || die "$what did not come up in time"
+    sleep 0.2
+  done
+}
+
+# Writes a standalone zoo.cfg. tickTime 500 ms lets tests ask for short sessions (min 2 ticks);
+# the admin server is off because it would take port 8080 from the demo.
+zk_write_config() { # DIR PORT [SERVER_LINES]
+  local dir=$1 port=$2
+  mkdir -p "$dir/data"
+  cat >"$dir/zoo.cfg" <<EOF
+tickTime=500
+initLimit=20
+syncLimit=10
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+maxSessionTimeout=60000
+4lw.commands.whitelist=*
+admin.enableServer=false
+autopurge.purgeInterval=1
+${3:-}
+EOF
+}
+
+zk_start() { # DIR PORT: starts one server whose zoo.cfg is in DIR
+  local dir=$1 port=$2
+  log "starting ZooKeeper on 127.0.0.1:$port (data in ${dir#"$ROOT"/})"
+  nohup java -Xmx512m -Dzookeeper.log.dir="$dir" \
+    -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" >"$dir/zookeeper.log" 2>&1 &
+  echo $! >"$dir/pid"
+  wait_for 30 "ZooKeeper on port $port" zk_ok "$port"
+}
+
+zk_up() {
+  if zk_ok "$ZK_PORT"; then log "ZooKeeper already answers on 127.0.0.1:$ZK_PORT: reusing it"; return; fi
+  command -v java >/dev/null || apt_install default-jre-headless
+  apt_install zookeeper
+  zk_write_config "$RUN_DIR/zk" "$ZK_PORT"
+  zk_start "$RUN_DIR/zk" "$ZK_PORT"
+  STARTED+=("zk:$RUN_DIR/zk")
+}
+
+pg_version() { ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1; }
+
+pg_ok() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; }
+
+pg_up() {
+  apt_install postgresql
+  local ver; ver=$(pg_version)
+  [ -n "$ver" ] || die "no PostgreSQL server found after installing it"
+  if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -qx "$ver $PG_CLUSTER"; then
+    log "creating PostgreSQL $ver cluster '$PG_CLUSTER' on port $PG_PORT"
+    as_root pg_createcluster "$ver" "$PG_CLUSTER" -p "$PG_PORT" >/dev/null
+    # Three server instances per test, several tests at once: more than the default 100.
+    printf "max_connections = 400\nlisten_addresses = '127.0.0.1'\n" |
+      as_root tee "/etc/postgresql/$ver/$PG_CLUSTER/conf.d/seckill.conf" >/dev/null
+  fi
+  if pg_ok; then
+    log "PostgreSQL already answers on 127.0.0.1:$PG_PORT: reusing it"
+  else
+    log "starting PostgreSQL $ver cluster '$PG_CLUSTER' on 127.0.0.1:$PG_PORT"
+    as_root pg_ctlcluster "$ver" "$PG_CLUSTER" start
+    STARTED+=("pg:$ver")
+    wait_for 30 "PostgreSQL on port $PG_PORT" pg_ok
+  fi
+  # The role may create databases: tests make one per test.
+  as_postgres psql -q -p "$PG_PORT" -d postgres -v ON_ERROR_STOP=1 <<'SQL' >/dev/null
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'seckill') THEN
+    CREATE ROLE seckill LOGIN CREATEDB PASSWORD 'seckill';
+  END IF;
+END $$;
+SQL
+  as_postgres psql -q -p "$PG_PORT" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'seckill'" | grep -q 1 ||
+    as_postgres createdb -p "$PG_PORT" -O seckill seckill
+}
+
+services_up() {
+  mkdir -p "$RUN_DIR"
+  pg_up
+  zk_up
+  export DATABASE_URL="${DATABASE_URL:-postgres://seckill:seckill@127.0.0.1:$PG_PORT/seckill}"
+  export SECKILL_ZK="${SECKILL_ZK:-127.0.0.1:$ZK_PORT}"
+}
+
+# Stops only what this run started, newest first.
+services_down() {
+  local i item
+  for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+    item=${STARTED[$i]}
+    case $item in
+      zk:*)
+        local dir=${item#zk:}
+        if [ -f "$dir/pid" ]; then
+          log "stopping ZooKeeper (${dir#"$ROOT"/})"
+          kill "$(cat "$dir/pid")" 2>/dev/null || true
+          rm -f "$dir/pid"
+        fi
+        ;;
+      pg:*)
+        log "stopping PostgreSQL cluster '$PG_CLUSTER'"
+        as_root pg_ctlcluster "${item#pg:}" "$PG_CLUSTER" stop || true
+        ;;
+    esac
+  done
+  STARTED=()
+}
+
+ensure_rust() {
+  command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs) first"
+}

@@ -1,0 +1,134 @@
+//! Typed configuration, parsed once at start-up from flags with environment fallbacks.
+//! Handlers never read the environment; they get what they need from [`crate::http::AppState`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Clone, Parser)]
+#[command(
+    name = "seckill",
+    version,
+    about = "A flash-sale service that never oversells"
+)]
+pub struct Config {
+    /// Address to listen on. Port 0 picks a free port (tests use it).
+    #[arg(long, env = "SECKILL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// Most connections this instance opens to PostgreSQL.
+    #[arg(long, env = "SECKILL_DB_MAX_CONNECTIONS", default_value_t = 20)]
+    pub db_max_connections: u32,
+
+    /// Server-side bound on every SQL statement. Kept well under the ZooKeeper session
+    /// timeout so a critical section cannot outlive its lock by waiting on the database.
+    #[arg(long, env = "SECKILL_DB_STATEMENT_TIMEOUT_MS", default_value_t = 2000)]
+    pub db_statement_timeout_ms: u64,
+
+    /// ZooKeeper connect string (`host:port[,host:port...]`).
+    #[arg(long = "zk", env = "SECKILL_ZK", default_value = "127.0.0.1:2181")]
+    pub zk: String,
+
+    /// ZooKeeper path under which the service keeps its nodes (created if missing).
+    #[arg(long, env = "SECKILL_ZK_ROOT", default_value = "/seckill", value_parser = parse_zk_root)]
+    pub zk_root: String,
+
+    /// ZooKeeper session timeout asked of the server. A crashed instance's lock nodes vanish
+    /// after this long; the server clamps it to [2, 20] ticks.
+    #[arg(long, env = "SECKILL_ZK_SESSION_TIMEOUT_MS", default_value_t = 10_000)]
+    pub zk_session_timeout_ms: u64,
+
+    /// Bearer token for the admin endpoints. Without one they answer 403 `admin_disabled`.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// How long an order waits for a product's lock before answering 503 `lock_timeout`.
+    #[arg(long, env = "SECKILL_LOCK_TIMEOUT_MS", default_value_t = 3000)]
+    pub lock_timeout_ms: u64,
+
+    /// Pause between reading and writing the stock in the read-check-write guards (`zk`,
+    /// `none`): the source material's `sleep`, which widens the race window for demos and tests.
+    #[arg(long, env = "SECKILL_STOCK_THINK_MS", default_value_t = 0)]
+    pub stock_think_ms: u64,
+
+    /// Accept products with the unsafe `none` guard (it oversells: that is the demo).
+    #[arg(long, env = "SECKILL_ALLOW_UNSAFE_GUARDS", default_value_t = false)]
+    pub allow_unsafe_guards: bool,
+
+    /// Simulated payment provider latency.
+    #[arg(long, env = "SECKILL_PAYMENT_LATENCY_MS", default_value_t = 0)]
+    pub payment_latency_ms: u64,
+
+    /// Share of payments the simulated provider declines, from 0.0 to 1.0.
+    #[arg(long, env = "SECKILL_PAYMENT_FAILURE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub payment_failure_rate: f64,
+
+    /// Bound on a whole request; slower requests answer 503 `unavailable`.
+    #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+
+    /// Directory served at `/` (the teaching page).
+    #[arg(long, env = "SECKILL_STATIC_DIR", default_value = "static")]
+    pub static_dir: PathBuf,
+
+    /// Name written into this instance's lock nodes, so a person reading ZooKeeper sees who
+    /// waits. Defaults to `<listen address>/<pid>`.
+    #[arg(long, env = "SECKILL_INSTANCE")]
+    pub instance: Option<String>,
+}
+
+impl Config {
+    pub fn lock_timeout(&self) -> Duration {
+        Duration::from_millis(self.lock_timeout_ms)
+    }
+
+    pub fn stock_think(&self) -> Duration {
+        Duration::from_millis(self.stock_think_ms)
+    }
+}
+
+// A root like `/a/b/` would produce `//` in child paths, which ZooKeeper rejects.
+fn parse_zk_root(s: &str) -> Result<String, String> {
+    let root = s.trim_end_matches('/');
+    if !s.starts_with('/') || root.is_empty() || root.contains("//") {
+        return Err(format!(
+            "{s:?} is not an absolute ZooKeeper path like /seckill"
+        ));
+    }
+    Ok(root.to_string())
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{s:?} is not a rate between 0.0 and 1.0")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zk_root_is_normalised_and_must_be_absolute() {
+        assert_eq!(parse_zk_root("/seckill/").unwrap(), "/seckill");
+        assert_eq!(parse_zk_root("/a/b").unwrap(), "/a/b");
+        assert!(parse_zk_root("seckill").is_err());
+        assert!(parse_zk_root("/").is_err());
+        assert!(parse_zk_root("/a//b").is_err());
+    }
+
+    #[test]
+    fn payment_failure_rate_is_a_probability() {
+        assert_eq!(parse_rate("0.25").unwrap(), 0.25);
+        assert!(parse_rate("1.5").is_err());
+        assert!(parse_rate("-0.1").is_err());
+        assert!(parse_rate("x").is_err());
+    }
+}

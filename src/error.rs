@@ -1,0 +1,214 @@
+//! The one error type every handler returns, and the error policy:
+//!
+//! - Client errors answer their status with a stable `error` code and a human `message`.
+//! - Server-side trouble (database, ZooKeeper) is logged with its cause chain and answered
+//!   503 `unavailable` or 500 `internal` with a fixed message: internals never leak.
+//! - Every 503 and 429 carries `Retry-After`, so well-behaved clients back off.
+//! - Failures that happen after an order row exists name that order (`order_id`), so a
+//!   client can look it up instead of guessing.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// 400: the request is malformed or breaks a rule; the message says which.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 401: the admin bearer token is missing or wrong.
+    #[error("a valid admin bearer token is required")]
+    Unauthorized,
+    /// 403: the server runs without an admin token.
+    #[error("admin endpoints are disabled: start the server with --admin-token")]
+    AdminDisabled,
+    /// 402: the payment was declined; the stock went back.
+    #[error("the payment was declined; the reserved stock was returned")]
+    PaymentFailed { order_id: Uuid },
+    /// 404
+    #[error("no product with id {0}")]
+    UnknownProduct(i64),
+    /// 404
+    #[error("no order with id {0}")]
+    OrderNotFound(Uuid),
+    /// 404: no such route.
+    #[error("no such route")]
+    RouteNotFound,
+    /// 405
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// 409: not enough stock left for the quantity asked.
+    #[error("sold out: not enough stock left for this order")]
+    SoldOut { order_id: Uuid },
+    /// 413
+    #[error("request body over {0} bytes")]
+    PayloadTooLarge(usize),
+    /// 415
+    #[error("expected Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 503: the product's lock was not granted within the lock timeout. Nothing was sold.
+    #[error("the product's lock was not granted in time; nothing was sold, try again")]
+    LockTimeout { order_id: Uuid },
+    /// 503: the lock was lost (session expired, a newer holder fenced us out). Nothing was sold.
+    #[error("the product's lock was lost before the stock write; nothing was sold, try again")]
+    LockLost { order_id: Uuid },
+    /// 503: PostgreSQL or ZooKeeper is unreachable or too slow.
+    #[error("a backing service is unavailable, try again")]
+    Unavailable(#[source] anyhow::Error),
+    /// 500: a bug. Logged in full, answered with a fixed message.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_id: Option<Uuid>,
+}
+
+impl AppError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidRequest(message.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use AppError::*;
+        match self {
+            InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
+            AdminDisabled => StatusCode::FORBIDDEN,
+            UnknownProduct(_) | OrderNotFound(_) | RouteNotFound => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            SoldOut { .. } => StatusCode::CONFLICT,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            LockTimeout { .. } | LockLost { .. } | Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable, documented code clients match on.
+    pub fn code(&self) -> &'static str {
+        use AppError::*;
+        match self {
+            InvalidRequest(_) => "invalid_request",
+            Unauthorized => "unauthorized",
+            AdminDisabled => "admin_disabled",
+            PaymentFailed { .. } => "payment_failed",
+            UnknownProduct(_) => "unknown_product",
+            OrderNotFound(_) => "order_not_found",
+            RouteNotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            SoldOut { .. } => "sold_out",
+            PayloadTooLarge(_) => "payload_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
+            LockTimeout { .. } => "lock_timeout",
+            LockLost { .. } => "lock_lost",
+            Unavailable(_) => "unavailable",
+            Internal(_) => "internal",
+        }
+    }
+
+    fn order_id(&self) -> Option<Uuid> {
+        use AppError::*;
+        match self {
+            PaymentFailed { order_id }
+            | SoldOut { order_id }
+            | LockTimeout { order_id }
+            | LockLost { order_id } => Some(*order_id),
+            _ => None,
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            AppError::Unavailable(cause) => {
+                tracing::warn!(error = format!("{cause:#}"), "unavailable")
+            }
+            AppError::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "internal error")
+            }
+            _ => {}
+        }
+        let body = ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+            order_id: self.order_id(),
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Database errors are the server's trouble, never the client's: a lost or slow connection
+/// is 503 (retry), anything else a bug.
+impl From<sqlx::Error> for AppError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                AppError::Unavailable(err.into())
+            }
+            // 57014: statement_timeout fired; 08xxx: connection exceptions; 57P0x: shutdown.
+            sqlx::Error::Database(db)
+                if db.code().is_some_and(|c| {
+                    c == "57014" || c.starts_with("08") || c.starts_with("57P")
+                }) =>
+            {
+                AppError::Unavailable(err.into())
+            }
+            _ => AppError::Internal(err.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_503_has_retry_after_and_a_code() {
+        let id = Uuid::nil();
+        for err in [
+            AppError::LockTimeout { order_id: id },
+            AppError::LockLost { order_id: id },
+            AppError::Unavailable(anyhow::anyhow!("db down")),
+        ] {
+            let code = err.code();
+            let response = err.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{code}");
+        }
+    }
+
+    #[test]
+    fn server_errors_do_not_leak_their_cause() {
+        let err = AppError::Internal(anyhow::anyhow!("password=hunter2"));
+        assert_eq!(err.to_string(), "internal error");
+        let err = AppError::Unavailable(anyhow::anyhow!("connect to 10.0.0.1 refused"));
+        assert!(!err.to_string().contains("10.0.0.1"));
+    }
+
+    #[test]
+    fn pool_timeouts_are_unavailable_not_internal() {
+        assert_eq!(
+            AppError::from(sqlx::Error::PoolTimedOut).code(),
+            "unavailable"
+        );
+        assert_eq!(AppError::from(sqlx::Error::RowNotFound).code(), "internal");
+    }
+}

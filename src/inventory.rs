@@ -1,0 +1,372 @@
+//! Products and their stock: creating and reading products, the audit, and every stock
+//! change under one of the three guards.
+//!
+//! The rules (what a valid product is, what a read-check-write decides, what the audit
+//! concludes) are plain functions; the SQL around them is at the bottom of each section.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::{PgPool, Postgres, Transaction};
+
+/// How a product's stock is protected against concurrent buyers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guard {
+    /// Read-check-write inside the product's fair ZooKeeper lock, fenced by the lock's token.
+    Zk,
+    /// No lock: one conditional `UPDATE ... WHERE stock >= q`. The database-only baseline.
+    PgAtomic,
+    /// Read-check-write with no lock and no fence. Oversells under concurrency: the demo.
+    None,
+}
+
+impl Guard {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::Zk => "zk",
+            Guard::PgAtomic => "pg-atomic",
+            Guard::None => "none",
+        }
+    }
+}
+
+impl TryFrom<String> for Guard {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        match s.as_str() {
+            "zk" => Ok(Guard::Zk),
+            "pg-atomic" => Ok(Guard::PgAtomic),
+            "none" => Ok(Guard::None),
+            _ => Err(format!("unknown guard {s:?}")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+pub struct Product {
+    pub id: i64,
+    pub name: String,
+    pub price_cents: i64,
+    pub stock: i32,
+    /// Σ quantity of `reserved` + `paid` orders: the audit's figure, not `stocked_total - stock`
+    /// (they differ exactly when something oversold).
+    pub sold: i64,
+    pub stocked_total: i32,
+    pub max_per_order: i32,
+    #[sqlx(try_from = "String")]
+    pub guard: Guard,
+}
+
+/// The admin's request to put a product on sale.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProduct {
+    pub name: String,
+    pub price_cents: i64,
+    pub stock: i64,
+    #[serde(default = "default_guard")]
+    pub guard: Guard,
+    pub max_per_order: Option<i64>,
+}
+
+fn default_guard() -> Guard {
+    Guard::Zk
+}
+
+pub const MAX_STOCK: i64 = 100_000_000;
+pub const MAX_PRICE_CENTS: i64 = 100_000_000_00;
+pub const MAX_PER_ORDER: i64 = 1_000;
+
+impl NewProduct {
+    /// Checks the product against the sale's rules; the message names the broken one.
+    pub fn validate(&self, allow_unsafe_guards: bool) -> Result<(), String> {
+        let name_len = self.name.trim().chars().count();
+        if name_len == 0 || self.name.chars().count() > 200 {
+            return Err("name must be 1 to 200 characters".into());
+        }
+        if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
+            return Err(format!(
+                "price_cents must be between 0 and {MAX_PRICE_CENTS}"
+            ));
+        }
+        if !(0..=MAX_STOCK).contains(&self.stock) {
+            return Err(format!("stock must be between 0 and {MAX_STOCK}"));
+        }
+        if let Some(max) = self.max_per_order {
+            if !(1..=MAX_PER_ORDER).contains(&max) {
+                return Err(format!(
+                    "max_per_order must be between 1 and {MAX_PER_ORDER}"
+                ));
+            }
+        }
+        if self.guard == Guard::None && !allow_unsafe_guards {
+            return Err(
+                "guard \"none\" oversells; the server must run with --allow-unsafe-guards".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Whether a product's books balance: every unit stocked is either still in stock or in an
+/// order that holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Audit {
+    pub stocked_total: i64,
+    pub stock: i64,
+    pub sold: i64,
+    pub oversold: i64,
+    pub consistent: bool,
+}
+
+impl Audit {
+    pub fn new(stocked_total: i64, stock: i64, sold: i64) -> Audit {
+        Audit {
+            stocked_total,
+            stock,
+            sold,
+            oversold: (sold - stocked_total).max(0),
+            consistent: stock + sold == stocked_total,
+        }
+    }
+}
+
+impl From<&Product> for Audit {
+    fn from(p: &Product) -> Audit {
+        Audit::new(p.stocked_total.into(), p.stock.into(), p.sold)
+    }
+}
+
+const PRODUCT_COLUMNS: &str =
+    "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order, p.guard,
+    COALESCE((SELECT SUM(o.quantity) FROM orders o
+              WHERE o.product_id = p.id AND o.status IN ('reserved', 'paid')), 0)::BIGINT AS sold";
+
+pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Error> {
+    let sql = format!(
+        "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard)
+                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5) RETURNING *)
+         SELECT {PRODUCT_COLUMNS} FROM p"
+    );
+    sqlx::query_as(&sql)
+        .bind(new.name.trim())
+        .bind(new.price_cents)
+        .bind(new.stock as i32)
+        .bind(new.max_per_order.map(|m| m as i32))
+        .bind(new.guard.as_str())
+        .fetch_one(db)
+        .await
+}
+
+pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products p WHERE p.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products p ORDER BY p.id"
+    ))
+    .fetch_all(db)
+    .await
+}
+
+/// A change to a product's stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A buyer takes this many units.
+    Take(i32),
+    /// Units go back on sale (a declined payment).
+    Return(i32),
+}
+
+/// The "check" of read-check-write: the stock after the change, or `None` if there is not
+/// enough. This is the line the source material protects with a lock.
+pub fn next_stock(stock: i32, change: Change) -> Option<i32> {
+    match change {
+        Change::Take(q) if q <= stock => Some(stock - q),
+        Change::Take(_) => None,
+        Change::Return(q) => stock.checked_add(q),
+    }
+}
+
+/// Who may write the stock, and how that is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Protection {
+    /// We hold the ZooKeeper lock whose token this is. The row must be claimed for it.
+    Fenced(i64),
+    /// One conditional UPDATE; Postgres' row lock does the rest.
+    Atomic,
+    /// Nothing: the unsafe demo guard.
+    Unguarded,
+}
+
+/// How a stock change ended. `Applied` and `Insufficient` hand back the open transaction so
+/// the caller records the order's new status atomically with the stock, then commits.
+pub enum Outcome {
+    Applied(Transaction<'static, Postgres>),
+    Insufficient(Transaction<'static, Postgres>),
+    /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
+    Fenced,
+}
+
+/// Changes a product's stock under the given protection. `think` pauses between the read and
+/// the write of the read-check-write guards, widening the race window on purpose.
+pub async fn change_stock(
+    db: &PgPool,
+    product_id: i64,
+    change: Change,
+    protection: Protection,
+    think: Duration,
+) -> Result<Outcome, sqlx::Error> {
+    match protection {
+        Protection::Atomic => {
+            let mut tx = db.begin().await?;
+            let sql = match change {
+                Change::Take(_) => {
+                    "UPDATE products SET stock = stock - $2, updated_at = now() WHERE id = $1 AND stock >= $2"
+                }
+                Change::Return(_) => "UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1",
+            };
+            let (Change::Take(q) | Change::Return(q)) = change;
+            let done = sqlx::query(sql)
+                .bind(product_id)
+                .bind(q)
+                .execute(&mut *tx)
+                .await?;
+            Ok(if done.rows_affected() == 1 {
+                Outcome::Applied(tx)
+            } else {
+                Outcome::Insufficient(tx)
+            })
+        }
+        Protection::Fenced(token) => {
+            // The claim commits on its own, before the read: a newer holder's claim must be
+            // visible to an older holder's write, which then matches no row.
+            let claim = sqlx::query("UPDATE products SET fence = $2 WHERE id = $1 AND fence < $2")
+                .bind(product_id)
+                .bind(token)
+                .execute(db)
+                .await?;
+            if claim.rows_affected() == 0 {
+                return Ok(Outcome::Fenced);
+            }
+            read_check_write(db, product_id, change, Some(token), think).await
+        }
+        Protection::Unguarded => read_check_write(db, product_id, change, None, think).await,
+    }
+}
+
+async fn read_check_write(
+    db: &PgPool,
+    product_id: i64,
+    change: Change,
+    token: Option<i64>,
+    think: Duration,
+) -> Result<Outcome, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all for `none`.
+    let stock: Option<i32> = sqlx::query_scalar(
+        "SELECT stock FROM products WHERE id = $1 AND (fence = $2 OR $2 IS NULL)",
+    )
+    .bind(product_id)
+    .bind(token)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(stock) = stock else {
+        return Ok(Outcome::Fenced);
+    };
+    if !think.is_zero() {
+        tokio::time::sleep(think).await;
+    }
+    let Some(next) = next_stock(stock, change) else {
+        return Ok(Outcome::Insufficient(tx));
+    };
+    let written = sqlx::query(
+        "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL)",
+    )
+    .bind(product_id)
+    .bind(token)
+    .bind(next)
+    .execute(&mut *tx)
+    .await?;
+    if written.rows_affected() == 0 {
+        return Ok(Outcome::Fenced);
+    }
+    Ok(Outcome::Applied(tx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn product(guard: Guard) -> NewProduct {
+        NewProduct {
+            name: "Keyboard".into(),
+            price_cents: 999,
+            stock: 10,
+            guard,
+            max_per_order: None,
+        }
+    }
+
+    #[test]
+    fn the_check_refuses_to_take_more_than_is_left() {
+        assert_eq!(next_stock(1, Change::Take(1)), Some(0));
+        assert_eq!(next_stock(0, Change::Take(1)), None);
+        assert_eq!(next_stock(2, Change::Take(3)), None);
+        assert_eq!(next_stock(0, Change::Return(2)), Some(2));
+        assert_eq!(next_stock(i32::MAX, Change::Return(1)), None);
+    }
+
+    #[test]
+    fn audit_flags_oversell_and_imbalance() {
+        let ok = Audit::new(50, 0, 50);
+        assert_eq!((ok.oversold, ok.consistent), (0, true));
+        // Lost update: both buyers wrote stock 0 after reading 1.
+        let oversold = Audit::new(1, 0, 2);
+        assert_eq!((oversold.oversold, oversold.consistent), (1, false));
+        let leaked = Audit::new(10, 5, 4);
+        assert_eq!((leaked.oversold, leaked.consistent), (0, false));
+    }
+
+    #[test]
+    fn unsafe_guard_needs_the_servers_consent() {
+        assert!(product(Guard::None).validate(false).is_err());
+        assert!(product(Guard::None).validate(true).is_ok());
+        assert!(product(Guard::Zk).validate(false).is_ok());
+    }
+
+    #[test]
+    fn product_fields_are_bounded() {
+        let cases: [(fn(&mut NewProduct), &str); 6] = [
+            (|p| p.name = "  ".into(), "name"),
+            (|p| p.name = "x".repeat(201), "name"),
+            (|p| p.price_cents = -1, "price_cents"),
+            (|p| p.stock = -1, "stock"),
+            (|p| p.stock = MAX_STOCK + 1, "stock"),
+            (|p| p.max_per_order = Some(0), "max_per_order"),
+        ];
+        for (break_it, field) in cases {
+            let mut p = product(Guard::Zk);
+            break_it(&mut p);
+            let err = p.validate(true).unwrap_err();
+            assert!(err.contains(field), "{err} should name {field}");
+        }
+    }
+
+    #[test]
+    fn guards_round_trip_through_their_names() {
+        for g in [Guard::Zk, Guard::PgAtomic, Guard::None] {
+            assert_eq!(Guard::try_from(g.as_str().to_string()), Ok(g));
+            assert_eq!(serde_json::to_value(g).unwrap(), g.as_str());
+        }
+        assert!(Guard::try_from("redis".to_string()).is_err());
+    }
+}

@@ -1,0 +1,26 @@
+//! # seckill: a flash sale that never oversells
+//!
+//! Many buyers, tiny stock. Every purchase is create order → reduce stock → pay, and the
+//! stock's read-check-write runs inside a fair ZooKeeper lock whose token Postgres checks.
+//!
+//! # Layout
+//! - [`config`]: flags and environment, parsed once.
+//! - [`startup`]: build (connect, migrate, bind) and run (serve, shut down) the application.
+//! - [`http`]: the route table, shared state, JSON extraction, admin auth.
+//! - [`orders`]: the order flow and its statuses.
+//! - [`inventory`]: products, the audit, and stock changes under each guard.
+//! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
+//! - [`payment`]: the simulated payment provider.
+//! - [`error`]: the one error type, and how it becomes an HTTP answer.
+
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod inventory;
+pub mod lock;
+pub mod orders;
+pub mod payment;
+pub mod startup;
+
+pub use config::Config;
+pub use startup::Application;

@@ -1,0 +1,102 @@
+//! Build, then run: `build` connects everything and binds the listener (so a caller knows
+//! the real port before serving), `run` serves until the given shutdown future resolves.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::lock::Zk;
+use crate::payment::Provider;
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Connects to PostgreSQL (and migrates it) and ZooKeeper, and binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        let options = PgConnectOptions::from_str(&config.database_url)
+            .context("parsing --database-url")?
+            .options([(
+                "statement_timeout",
+                format!("{}ms", config.db_statement_timeout_ms),
+            )]);
+        let db = PgPoolOptions::new()
+            .max_connections(config.db_max_connections)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(options)
+            .await
+            .context("connecting to PostgreSQL")?;
+        // Several instances may start at once: sqlx serialises migrations with an advisory lock.
+        sqlx::migrate!()
+            .run(&db)
+            .await
+            .context("running database migrations")?;
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        let instance = config
+            .instance
+            .clone()
+            .unwrap_or_else(|| format!("{addr}/{}", std::process::id()));
+        let zk = Zk::connect(
+            &config.zk,
+            &config.zk_root,
+            Duration::from_millis(config.zk_session_timeout_ms),
+            instance,
+        )
+        .await?;
+        let payment = Provider {
+            latency: Duration::from_millis(config.payment_latency_ms),
+            failure_rate: config.payment_failure_rate,
+        };
+        let state = AppState {
+            db,
+            zk,
+            payment,
+            config: Arc::new(config),
+        };
+        Ok(Application { listener, state })
+    }
+
+    /// The address actually bound (port 0 becomes a real port).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Shared state, for tests that need the database pool or the ZooKeeper session.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, lets in-flight requests finish, then closes the
+    /// ZooKeeper session so our lock nodes go now, not a session timeout later.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Application { listener, state } = self;
+        let zk = state.zk.clone();
+        let db = state.db.clone();
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("serving HTTP")?;
+        zk.close().await;
+        db.close().await;
+        Ok(())
+    }
+}

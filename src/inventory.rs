@@ -76,7 +76,7 @@ fn default_guard() -> Guard {
 }
 
 pub const MAX_STOCK: i64 = 100_000_000;
-pub const MAX_PRICE_CENTS: i64 = 100_000_000_00;
+pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
 pub const MAX_PER_ORDER: i64 = 1_000;
 
 impl NewProduct {
@@ -345,7 +345,8 @@ mod tests {
 
     #[test]
     fn product_fields_are_bounded() {
-        let cases: [(fn(&mut NewProduct), &str); 6] = [
+        type Breaker = fn(&mut NewProduct);
+        let cases: [(Breaker, &str); 6] = [
             (|p| p.name = "  ".into(), "name"),
             (|p| p.name = "x".repeat(201), "name"),
             (|p| p.price_cents = -1, "price_cents"),

@@ -1,0 +1,278 @@
+//! Every client error: the right status and code, and no change to stock or orders.
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::helpers::*;
+
+struct Case {
+    name: &'static str,
+    method: Method,
+    path: String,
+    content_type: Option<&'static str>,
+    auth: Option<&'static str>,
+    body: String,
+    status: StatusCode,
+    code: &'static str,
+}
+
+fn case(
+    name: &'static str,
+    method: Method,
+    path: impl Into<String>,
+    body: impl Into<String>,
+) -> Case {
+    Case {
+        name,
+        method,
+        path: path.into(),
+        content_type: Some("application/json"),
+        auth: None,
+        body: body.into(),
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_request",
+    }
+}
+
+impl Case {
+    fn expect(mut self, status: StatusCode, code: &'static str) -> Case {
+        (self.status, self.code) = (status, code);
+        self
+    }
+    fn content_type(mut self, ct: Option<&'static str>) -> Case {
+        self.content_type = ct;
+        self
+    }
+    fn auth(mut self, token: &'static str) -> Case {
+        self.auth = Some(token);
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_a_json_error_and_change_nothing() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let reply = send(
+        http()
+            .post(format!("{}/api/products", app.base_url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({
+                "name": "capped", "price_cents": 500, "stock": 5, "max_per_order": 2
+            })),
+    )
+    .await
+    .unwrap();
+    let product = reply.body["id"].as_i64().unwrap();
+    let order = |fields: serde_json::Value| {
+        let mut body = json!({ "product_id": product, "user_id": "mallory", "quantity": 1 });
+        body.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        body.to_string()
+    };
+    let post = Method::POST;
+    let get = Method::GET;
+    let cases = vec![
+        case("no content type", post.clone(), "/orders", order(json!({})))
+            .content_type(None)
+            .expect(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+        case("text body", post.clone(), "/orders", order(json!({})))
+            .content_type(Some("text/plain"))
+            .expect(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+        case("broken JSON", post.clone(), "/orders", "{\"product_id\": "),
+        case("not an object", post.clone(), "/orders", "[1, 2]"),
+        case(
+            "missing user",
+            post.clone(),
+            "/orders",
+            json!({ "product_id": product }).to_string(),
+        ),
+        case(
+            "product id as string",
+            post.clone(),
+            "/orders",
+            order(json!({ "product_id": "one" })),
+        ),
+        case(
+            "fractional quantity",
+            post.clone(),
+            "/orders",
+            order(json!({ "quantity": 1.5 })),
+        ),
+        case(
+            "unknown field",
+            post.clone(),
+            "/orders",
+            order(json!({ "price_cents": 1 })),
+        ),
+        case(
+            "zero quantity",
+            post.clone(),
+            "/orders",
+            order(json!({ "quantity": 0 })),
+        ),
+        case(
+            "negative quantity",
+            post.clone(),
+            "/orders",
+            order(json!({ "quantity": -1 })),
+        ),
+        case(
+            "over max_per_order",
+            post.clone(),
+            "/orders",
+            order(json!({ "quantity": 3 })),
+        ),
+        case(
+            "empty user",
+            post.clone(),
+            "/orders",
+            order(json!({ "user_id": "" })),
+        ),
+        case(
+            "user over 64 chars",
+            post.clone(),
+            "/orders",
+            order(json!({ "user_id": "u".repeat(65) })),
+        ),
+        case(
+            "unknown product",
+            post.clone(),
+            "/orders",
+            order(json!({ "product_id": 999_999 })),
+        )
+        .expect(StatusCode::NOT_FOUND, "unknown_product"),
+        case(
+            "body over 16 KiB",
+            post.clone(),
+            "/orders",
+            order(json!({ "user_id": "x".repeat(17 * 1024) })),
+        )
+        .expect(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        case(
+            "big body on an admin route",
+            post.clone(),
+            "/api/products",
+            "x".repeat(20 * 1024),
+        )
+        .expect(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        case("malformed order id", get.clone(), "/orders/not-a-uuid", ""),
+        case(
+            "unknown order",
+            get.clone(),
+            format!("/orders/{}", uuid::Uuid::new_v4()),
+            "",
+        )
+        .expect(StatusCode::NOT_FOUND, "order_not_found"),
+        case("malformed product id", get.clone(), "/api/products/abc", ""),
+        case(
+            "unknown product page",
+            get.clone(),
+            "/api/products/424242",
+            "",
+        )
+        .expect(StatusCode::NOT_FOUND, "unknown_product"),
+        case(
+            "unknown audit",
+            get.clone(),
+            "/api/products/424242/audit",
+            "",
+        )
+        .expect(StatusCode::NOT_FOUND, "unknown_product"),
+        case("no such route", get.clone(), "/api/nothing-here", "")
+            .expect(StatusCode::NOT_FOUND, "not_found"),
+        case("wrong method", Method::DELETE, "/orders", "")
+            .expect(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        case(
+            "admin without token",
+            post.clone(),
+            "/api/products",
+            json!({"name": "x", "price_cents": 1, "stock": 1}).to_string(),
+        )
+        .expect(StatusCode::UNAUTHORIZED, "unauthorized"),
+        case(
+            "admin with wrong token",
+            post.clone(),
+            "/api/products",
+            json!({"name": "x", "price_cents": 1, "stock": 1}).to_string(),
+        )
+        .auth("not-the-token")
+        .expect(StatusCode::UNAUTHORIZED, "unauthorized"),
+        case(
+            "negative stock",
+            post.clone(),
+            "/api/products",
+            json!({"name": "x", "price_cents": 1, "stock": -1}).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "unknown guard",
+            post.clone(),
+            "/api/products",
+            json!({"name": "x", "price_cents": 1, "stock": 1, "guard": "redis"}).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "unsafe guard not allowed",
+            post.clone(),
+            "/api/products",
+            json!({"name": "x", "price_cents": 1, "stock": 1, "guard": "none"}).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+    ];
+
+    let client = http();
+    for c in cases {
+        let mut request = client
+            .request(c.method.clone(), format!("{}{}", app.base_url, c.path))
+            .body(c.body.clone());
+        if let Some(ct) = c.content_type {
+            request = request.header("content-type", ct);
+        }
+        if let Some(token) = c.auth {
+            request = request.bearer_auth(token);
+        }
+        let reply = send(request).await.unwrap();
+        assert_eq!(reply.status, c.status, "{}: {reply:?}", c.name);
+        assert_eq!(reply.code(), c.code, "{}: {reply:?}", c.name);
+        assert!(
+            reply.body["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{}: {reply:?}",
+            c.name
+        );
+        assert_eq!(env.stock(product).await, 5, "{}: stock changed", c.name);
+        assert_eq!(
+            env.total_orders().await,
+            0,
+            "{}: an order was created",
+            c.name
+        );
+        let products: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM products")
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+        assert_eq!(products, 1, "{}: a product was created", c.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_endpoints_are_off_without_a_token() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app_exactly(&[]).await;
+    let base = &app.base_url;
+    let reply = send(
+        http()
+            .post(format!("{base}/api/products"))
+            .bearer_auth("anything")
+            .json(&json!({
+                "name": "x", "price_cents": 1, "stock": 1
+            })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{reply:?}");
+    assert_eq!(reply.code(), "admin_disabled");
+}

@@ -1,0 +1,113 @@
+//! The headline claim, under real concurrency across separate server processes.
+
+use reqwest::StatusCode;
+
+use crate::helpers::*;
+
+const STOCK: i64 = 50;
+const BUYERS: usize = 300;
+
+async fn three_instances(env: &TestEnv, extra: &[&str]) -> Vec<ServerProcess> {
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        servers.push(env.spawn_process(&format!("instance-{i}"), extra).await);
+    }
+    servers
+}
+
+fn count(replies: &[anyhow::Result<Reply>], status: StatusCode) -> usize {
+    replies
+        .iter()
+        .filter(|r| r.as_ref().is_ok_and(|r| r.status == status))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
+    let env = TestEnv::new().await;
+    let servers = three_instances(&env, &["--lock-timeout-ms", "30000"]).await;
+    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let product = create_product(&urls[0], STOCK, "zk").await;
+
+    let replies = flash_sale(&urls, product, BUYERS).await;
+
+    for reply in &replies {
+        let reply = reply.as_ref().expect("every request answered");
+        assert!(
+            [StatusCode::CREATED, StatusCode::CONFLICT].contains(&reply.status),
+            "only sold or sold out expected, got {reply:?}"
+        );
+    }
+    assert_eq!(
+        count(&replies, StatusCode::CREATED),
+        STOCK as usize,
+        "one 201 per unit"
+    );
+    let orders = env.order_counts(product).await;
+    assert_eq!(orders.get("paid"), Some(&STOCK));
+    assert_eq!(orders.get("sold_out"), Some(&(BUYERS as i64 - STOCK)));
+    assert_eq!(env.stock(product).await, 0);
+    let audit = audit(&urls[1], product).await;
+    assert_eq!(audit["oversold"], 0, "{audit}");
+    assert_eq!(audit["consistent"], true, "{audit}");
+    // Fencing tokens are unique per sale: no two paid orders went through the same lock grant.
+    let distinct_fences: i64 = sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT fence) FROM orders WHERE product_id = $1 AND status = 'paid'",
+    )
+    .bind(product)
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(distinct_fences, STOCK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn none_guard_oversells_under_the_same_load() {
+    let env = TestEnv::new().await;
+    let servers = three_instances(&env, &["--allow-unsafe-guards", "--stock-think-ms", "5"]).await;
+    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let product = create_product(&urls[0], STOCK, "none").await;
+
+    let replies = flash_sale(&urls, product, BUYERS).await;
+
+    let sold = count(&replies, StatusCode::CREATED) as i64;
+    let audit = audit(&urls[2], product).await;
+    assert!(
+        sold > STOCK,
+        "the unguarded read-check-write must oversell: {sold} sold of {STOCK}"
+    );
+    assert_eq!(audit["sold"], sold, "{audit}");
+    assert!(audit["oversold"].as_i64().unwrap() > 0, "{audit}");
+    assert_eq!(audit["consistent"], false, "{audit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pg_atomic_guard_sells_exactly_the_stock() {
+    let env = TestEnv::new().await;
+    let servers = three_instances(&env, &[]).await;
+    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let product = create_product(&urls[0], STOCK, "pg-atomic").await;
+
+    let replies = flash_sale(&urls, product, BUYERS).await;
+
+    assert_eq!(count(&replies, StatusCode::CREATED), STOCK as usize);
+    assert_eq!(
+        count(&replies, StatusCode::CONFLICT),
+        BUYERS - STOCK as usize
+    );
+    let audit = audit(&urls[0], product).await;
+    assert_eq!(audit["stock"], 0, "{audit}");
+    assert_eq!(audit["sold"], STOCK, "{audit}");
+    assert_eq!(audit["consistent"], true, "{audit}");
+    // No lock: no fence and no lock wait on the orders.
+    let order = &replies
+        .iter()
+        .flatten()
+        .find(|r| r.status == StatusCode::CREATED)
+        .unwrap()
+        .body;
+    assert!(
+        order["fence"].is_null() && order["lock_wait_ms"].is_null(),
+        "{order}"
+    );
+}

@@ -1,0 +1,177 @@
+//! What happens when parts fail: a crashed lock holder, a lock wait that times out, a
+//! declined payment.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use crate::helpers::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_lock_holder_does_not_stall_the_sale() {
+    let env = TestEnv::new().await;
+    // Short sessions so the dead holder's node goes quickly; wide critical sections so the
+    // kill lands while it holds the lock.
+    let flags = [
+        "--stock-think-ms",
+        "300",
+        "--zk-session-timeout-ms",
+        "2000",
+        "--lock-timeout-ms",
+        "30000",
+    ];
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        servers.push(env.spawn_process(&format!("instance-{i}"), &flags).await);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let stock = 5;
+    let product = create_product(&urls[0], stock, "zk").await;
+
+    let sale = tokio::spawn({
+        let urls = urls.clone();
+        async move { flash_sale(&urls, product, 30).await }
+    });
+    let watcher = env.zk_client().await;
+    let victim = servers[0].instance.clone();
+    wait_until(
+        Duration::from_secs(30),
+        "instance-0 to hold the lock",
+        || async {
+            let queue = env.lock_queue(&watcher, product).await;
+            queue
+                .first()
+                .is_some_and(|(_, owner)| owner.starts_with(&victim))
+                .then_some(())
+        },
+    )
+    .await;
+    servers[0].child.start_kill().expect("kill -9 instance-0");
+
+    let replies = tokio::time::timeout(Duration::from_secs(60), sale)
+        .await
+        .expect("the sale finishes")
+        .unwrap();
+
+    let survivors: Vec<&Reply> = replies.iter().flatten().collect();
+    assert!(
+        survivors
+            .iter()
+            .all(|r| [StatusCode::CREATED, StatusCode::CONFLICT].contains(&r.status)),
+        "{survivors:?}"
+    );
+    // Every 201 a buyer saw is a paid order.
+    for reply in survivors.iter().filter(|r| r.status == StatusCode::CREATED) {
+        let status: String = sqlx::query_scalar("SELECT status FROM orders WHERE id = $1::uuid")
+            .bind(reply.body["id"].as_str().unwrap())
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+        assert_eq!(status, "paid");
+    }
+    let audit = audit(&urls[1], product).await;
+    assert_eq!(audit["consistent"], true, "{audit}");
+    assert_eq!(
+        audit["sold"], stock,
+        "the survivors sold everything: {audit}"
+    );
+    assert_eq!(audit["stock"], 0, "{audit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_that_times_out_leaves_no_node_and_the_queue_moves_on() {
+    let env = TestEnv::new().await;
+    let holder = env
+        .spawn_app(&["--stock-think-ms", "1500", "--instance", "holder"])
+        .await;
+    let impatient = env
+        .spawn_app(&["--lock-timeout-ms", "300", "--instance", "impatient"])
+        .await;
+    let product = create_product(&holder.base_url, 5, "zk").await;
+    let watcher = env.zk_client().await;
+
+    let held = tokio::spawn({
+        let base = holder.base_url.clone();
+        async move { place_order(&http(), &base, product, "first").await }
+    });
+    wait_until(Duration::from_secs(10), "the holder's node", || async {
+        (env.lock_queue(&watcher, product).await.len() == 1).then_some(())
+    })
+    .await;
+
+    let timed_out = place_order(&http(), &impatient.base_url, product, "second")
+        .await
+        .unwrap();
+    assert_eq!(
+        timed_out.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{timed_out:?}"
+    );
+    assert_eq!(timed_out.code(), "lock_timeout");
+    assert_eq!(timed_out.retry_after.as_deref(), Some("1"));
+
+    // The impatient instance's session is alive, so only an explicit delete removes its node.
+    wait_until(
+        Duration::from_secs(5),
+        "the timed-out node to be deleted",
+        || async {
+            let queue = env.lock_queue(&watcher, product).await;
+            (!queue.iter().any(|(_, owner)| owner == "impatient")).then_some(())
+        },
+    )
+    .await;
+
+    assert_eq!(held.await.unwrap().unwrap().status, StatusCode::CREATED);
+    let retried = place_order(&http(), &impatient.base_url, product, "second")
+        .await
+        .unwrap();
+    assert_eq!(retried.status, StatusCode::CREATED, "{retried:?}");
+    let counts = env.order_counts(product).await;
+    assert_eq!(counts.get("paid"), Some(&2));
+    assert_eq!(
+        counts.get("failed"),
+        Some(&1),
+        "the timed-out order ended failed: {counts:?}"
+    );
+    assert_eq!(env.stock(product).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declined_payment_returns_the_stock() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--payment-failure-rate", "1"]).await;
+    for guard in ["zk", "pg-atomic"] {
+        let product = create_product(&app.base_url, 3, guard).await;
+        let reply = place_order(&http(), &app.base_url, product, "unlucky")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::PAYMENT_REQUIRED, "{reply:?}");
+        assert_eq!(reply.code(), "payment_failed");
+
+        let order_id = reply.body["order_id"].as_str().unwrap();
+        let (status, payments): (String, i64) = sqlx::query_as(
+            "SELECT o.status, (SELECT COUNT(*) FROM payments p WHERE p.order_id = o.id AND p.outcome = 'failed')
+             FROM orders o WHERE o.id = $1::uuid",
+        )
+        .bind(order_id)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+        assert_eq!(
+            (status.as_str(), payments),
+            ("payment_failed", 1),
+            "{guard}"
+        );
+        assert_eq!(
+            env.stock(product).await,
+            3,
+            "{guard}: the unit went back on sale"
+        );
+        let audit = audit(&app.base_url, product).await;
+        assert_eq!(
+            (audit["sold"].as_i64(), audit["consistent"].as_bool()),
+            (Some(0), Some(true)),
+            "{guard}: {audit}"
+        );
+    }
+}

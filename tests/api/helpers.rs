@@ -1,0 +1,318 @@
+//! Test harness: a fresh database and ZooKeeper root per test, the app in-process or as
+//! separate `seckill` processes, typed request helpers, and bounded waits for conditions.
+//!
+//! Backing services come from `TEST_DATABASE_URL` (a URL whose role may CREATE DATABASE) and
+//! `SECKILL_ZK`, which `scripts/test` sets after starting them.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use reqwest::StatusCode;
+use seckill::{Application, Config};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+use zookeeper_client as zk;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// One test's private world: its own database and ZooKeeper root.
+pub struct TestEnv {
+    pub database_url: String,
+    pub zk_connect: String,
+    pub zk_root: String,
+    /// For assertions straight against the tables.
+    pub db: PgPool,
+}
+
+impl TestEnv {
+    pub async fn new() -> TestEnv {
+        let base = std::env::var("TEST_DATABASE_URL")
+            .or_else(|_| std::env::var("DATABASE_URL"))
+            .unwrap_or_else(|_| "postgres://seckill:seckill@127.0.0.1:5433/seckill".into());
+        let zk_connect = std::env::var("SECKILL_ZK").unwrap_or_else(|_| "127.0.0.1:2181".into());
+        let name = format!("seckill_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = PgPool::connect(&base)
+            .await
+            .expect("connect to the test PostgreSQL (run scripts/test)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let (prefix, _) = base.rsplit_once('/').expect("database URL ends in /<name>");
+        let database_url = format!("{prefix}/{name}");
+        let db = PgPool::connect(&database_url)
+            .await
+            .expect("connect to the test database");
+        sqlx::migrate!()
+            .run(&db)
+            .await
+            .expect("migrate the test database");
+        let zk_root = format!("/seckill-tests/{}", uuid::Uuid::new_v4().simple());
+        TestEnv {
+            database_url,
+            zk_connect,
+            zk_root,
+            db,
+        }
+    }
+
+    /// Flags every instance of this test shares, then the test's own.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &self.database_url,
+            "--zk",
+            &self.zk_connect,
+            "--zk-root",
+            &self.zk_root,
+            "--db-max-connections",
+            "10",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// The app in this process: tests can reach its state (ZooKeeper session, pool).
+    pub async fn spawn_app(&self, extra: &[&str]) -> TestApp {
+        let mut args = vec!["--admin-token", ADMIN_TOKEN];
+        args.extend(extra);
+        self.spawn_app_exactly(&args).await
+    }
+
+    /// Like [`Self::spawn_app`], without the admin token.
+    pub async fn spawn_app_exactly(&self, extra: &[&str]) -> TestApp {
+        let mut argv = vec!["seckill".to_string()];
+        argv.extend(self.args(extra));
+        let config = <Config as clap::Parser>::try_parse_from(argv).expect("valid test flags");
+        let app = Application::build(config).await.expect("build the app");
+        let base_url = format!("http://{}", app.local_addr());
+        let zk = app.state().zk.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(app.run(async move {
+            let _ = stopped.await;
+        }));
+        TestApp {
+            base_url,
+            zk,
+            _stop: stop,
+        }
+    }
+
+    /// The app as a separate `seckill` process, as in production: its own ZooKeeper session,
+    /// killable with SIGKILL.
+    pub async fn spawn_process(&self, instance: &str, extra: &[&str]) -> ServerProcess {
+        let mut args = self.args(extra);
+        args.extend(["--instance", instance, "--admin-token", ADMIN_TOKEN].map(String::from));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start seckill");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("seckill printed its address within 30s")
+            .expect("read seckill stdout")
+            .expect("seckill exited before listening");
+        let base_url = line
+            .strip_prefix("seckill listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_string();
+        ServerProcess {
+            child,
+            base_url,
+            instance: instance.to_string(),
+        }
+    }
+
+    /// A client of our own on the test's ZooKeeper, for looking at (or meddling with) locks.
+    pub async fn zk_client(&self) -> zk::Client {
+        zk::Client::connect(&self.zk_connect)
+            .await
+            .expect("connect to ZooKeeper")
+    }
+
+    pub fn lock_dir(&self, product_id: i64) -> String {
+        format!("{}/locks/stock/{product_id}", self.zk_root)
+    }
+
+    /// The lock queue's nodes, in sequence order, with the data each owner wrote.
+    pub async fn lock_queue(&self, zk: &zk::Client, product_id: i64) -> Vec<(String, String)> {
+        let dir = self.lock_dir(product_id);
+        let mut children = match zk.list_children(&dir).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Vec::new(),
+            Err(e) => panic!("listing {dir}: {e}"),
+        };
+        children.sort_by(|a, b| a.rsplit('-').next().cmp(&b.rsplit('-').next()));
+        let mut queue = Vec::new();
+        for child in children {
+            if let Ok((data, _)) = zk.get_data(&format!("{dir}/{child}")).await {
+                queue.push((child, String::from_utf8_lossy(&data).into_owned()));
+            }
+        }
+        queue
+    }
+
+    /// Order counts by status, straight from the table.
+    pub async fn order_counts(&self, product_id: i64) -> HashMap<String, i64> {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT status, COUNT(*) FROM orders WHERE product_id = $1 GROUP BY status",
+        )
+        .bind(product_id)
+        .fetch_all(&self.db)
+        .await
+        .expect("count orders")
+        .into_iter()
+        .collect()
+    }
+
+    pub async fn stock(&self, product_id: i64) -> i32 {
+        sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+            .bind(product_id)
+            .fetch_one(&self.db)
+            .await
+            .expect("read stock")
+    }
+
+    pub async fn total_orders(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM orders")
+            .fetch_one(&self.db)
+            .await
+            .expect("count orders")
+    }
+}
+
+pub struct TestApp {
+    pub base_url: String,
+    pub zk: seckill::lock::Zk,
+    /// Dropping it shuts the app down.
+    _stop: oneshot::Sender<()>,
+}
+
+pub struct ServerProcess {
+    pub child: Child,
+    pub base_url: String,
+    pub instance: String,
+}
+
+/// A response, reduced to what tests look at.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+    pub retry_after: Option<String>,
+}
+
+impl Reply {
+    pub fn code(&self) -> &str {
+        self.body["error"].as_str().unwrap_or("")
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("build HTTP client")
+}
+
+pub async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
+    let response = request.send().await.context("sending request")?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    let text = response.text().await.context("reading body")?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(Reply {
+        status,
+        body,
+        retry_after,
+    })
+}
+
+pub async fn create_product(base_url: &str, stock: i64, guard: &str) -> i64 {
+    let reply = send(
+        http()
+            .post(format!("{base_url}/api/products"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({ "name": format!("{guard} test product"), "price_cents": 1999, "stock": stock, "guard": guard })),
+    )
+    .await
+    .expect("create product");
+    assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    reply.body["id"].as_i64().expect("product id")
+}
+
+pub async fn place_order(
+    client: &reqwest::Client,
+    base_url: &str,
+    product_id: i64,
+    user: &str,
+) -> anyhow::Result<Reply> {
+    send(client.post(format!("{base_url}/orders")).json(&json!({
+        "product_id": product_id, "user_id": user, "quantity": 1
+    })))
+    .await
+}
+
+pub async fn audit(base_url: &str, product_id: i64) -> Value {
+    let reply = send(http().get(format!("{base_url}/api/products/{product_id}/audit")))
+        .await
+        .expect("audit");
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    reply.body
+}
+
+/// One order per user, all at once, spread round-robin over the instances.
+pub async fn flash_sale(
+    base_urls: &[String],
+    product_id: i64,
+    buyers: usize,
+) -> Vec<anyhow::Result<Reply>> {
+    let client = http();
+    let orders = (0..buyers).map(|i| {
+        let client = client.clone();
+        let base = base_urls[i % base_urls.len()].clone();
+        async move { place_order(&client, &base, product_id, &format!("buyer-{i}")).await }
+    });
+    futures::future::join_all(orders).await
+}
+
+/// Waits until `check` yields a value, polling every 20 ms, failing after `limit`.
+pub async fn wait_until<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

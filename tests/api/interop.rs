@@ -1,0 +1,149 @@
+//! Our lock and Apache Curator's InterProcessMutex are the same lock: each excludes the
+//! other on `{root}/locks/stock/{id}`. Curator runs in a JVM from Debian's
+//! libcurator-recipes-java (installed by scripts/test).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use crate::helpers::*;
+
+const JARS: &[&str] = &[
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "slf4j-api",
+    "slf4j-nop",
+];
+
+fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
+    let classpath: Vec<String> = JARS
+        .iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .collect();
+    for jar in &classpath {
+        assert!(
+            std::path::Path::new(jar).exists(),
+            "{jar} missing: scripts/test installs libcurator-recipes-java"
+        );
+    }
+    let mut cmd = Command::new("java");
+    cmd.arg("-cp")
+        .arg(classpath.join(":"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/CuratorMutex.java"
+        ))
+        .arg(&env.zk_connect)
+        .arg(env.lock_dir(product))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_curator_holder_blocks_our_order_until_it_releases() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "seckill"])
+        .await;
+    let product = create_product(&app.base_url, 3, "zk").await;
+
+    let mut holder = curator(&env, product, &["hold"])
+        .spawn()
+        .expect("start java");
+    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+        .await
+        .expect("curator answers");
+    assert_eq!(line.unwrap().as_deref(), Some("acquired"));
+
+    let order = tokio::spawn({
+        let base = app.base_url.clone();
+        async move { place_order(&http(), &base, product, "behind-curator").await }
+    });
+    let watcher = env.zk_client().await;
+    wait_until(
+        Duration::from_secs(10),
+        "our node queued behind Curator's",
+        || async {
+            let queue = env.lock_queue(&watcher, product).await;
+            (queue.len() == 2 && queue[1].1 == "seckill").then_some(())
+        },
+    )
+    .await;
+    // Queued, not served: nothing reserved while Curator holds the lock.
+    assert_eq!(env.order_counts(product).await.get("created"), Some(&1));
+    assert_eq!(env.stock(product).await, 3);
+    assert!(!order.is_finished());
+
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin.write_all(b"release\n").await.unwrap();
+    let released = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("curator releases");
+    assert_eq!(released.unwrap().as_deref(), Some("released"));
+    let reply = tokio::time::timeout(Duration::from_secs(30), order)
+        .await
+        .expect("order proceeds")
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    assert_eq!(env.stock(product).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn our_holder_blocks_curator() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&["--stock-think-ms", "6000", "--instance", "seckill"])
+        .await;
+    let product = create_product(&app.base_url, 3, "zk").await;
+
+    let order = tokio::spawn({
+        let base = app.base_url.clone();
+        async move { place_order(&http(), &base, product, "holder").await }
+    });
+    let watcher = env.zk_client().await;
+    wait_until(
+        Duration::from_secs(10),
+        "our order to hold the lock",
+        || async { (env.lock_queue(&watcher, product).await.len() == 1).then_some(()) },
+    )
+    .await;
+
+    let attempt = curator(&env, product, &["try", "300"])
+        .output()
+        .await
+        .expect("run java");
+    // Only meaningful while we still hold the lock (6 s of think leaves the JVM ample time).
+    assert!(
+        !order.is_finished(),
+        "our order finished before Curator tried: the test proved nothing"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&attempt.stdout).trim(),
+        "timeout",
+        "Curator must not get our lock"
+    );
+
+    assert_eq!(order.await.unwrap().unwrap().status, StatusCode::CREATED);
+    let attempt = curator(&env, product, &["try", "5000"])
+        .output()
+        .await
+        .expect("run java");
+    assert_eq!(
+        String::from_utf8_lossy(&attempt.stdout).trim(),
+        "acquired",
+        "free again after our release"
+    );
+}

@@ -1,0 +1,9 @@
+//! Integration tests against a real PostgreSQL and a real ZooKeeper (see `scripts/test`).
+//! Each test gets a fresh database and ZooKeeper root, so they run in parallel.
+
+mod bad_input;
+mod concurrency;
+mod failures;
+mod fencing;
+mod helpers;
+mod interop;

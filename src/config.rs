@@ -11,7 +11,9 @@ use clap::Parser;
 #[command(
     name = "seckill",
     version,
-    about = "A flash-sale service that never oversells"
+    about = "A flash-sale service that never oversells",
+    // A later flag overrides an earlier one, so wrappers (and tests) can append to a base command.
+    args_override_self = true
 )]
 pub struct Config {
     /// Address to listen on. Port 0 picks a free port (tests use it).
@@ -69,9 +71,10 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAYMENT_FAILURE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub payment_failure_rate: f64,
 
-    /// Bound on a whole request; slower requests answer 503 `unavailable`.
-    #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
-    pub request_timeout_ms: u64,
+    /// Put two demo products on sale if there are none yet: the same keyboard guarded by the
+    /// ZooKeeper lock, and (with --allow-unsafe-guards) unguarded, to compare.
+    #[arg(long, env = "SECKILL_SEED_DEMO", default_value_t = false)]
+    pub seed_demo: bool,
 
     /// Directory served at `/` (the teaching page).
     #[arg(long, env = "SECKILL_STATIC_DIR", default_value = "static")]

@@ -160,6 +160,36 @@ pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Erro
         .await
 }
 
+/// Creates the demo products unless some product exists. Several instances may start at
+/// once, so the check and the inserts run under a transaction-scoped advisory lock.
+pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('seckill.seed_demo'))")
+        .execute(&mut *tx)
+        .await?;
+    let empty: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM products)")
+        .fetch_one(&mut *tx)
+        .await?;
+    if empty {
+        let mut demo = vec![("Mechanical keyboard (zk guard)", Guard::Zk)];
+        if allow_unsafe_guards {
+            demo.push(("Mechanical keyboard (no lock: oversells)", Guard::None));
+        } else {
+            demo.push(("Mechanical keyboard (pg-atomic guard)", Guard::PgAtomic));
+        }
+        for (name, guard) in demo {
+            sqlx::query(
+                "INSERT INTO products (name, price_cents, stock, stocked_total, guard) VALUES ($1, 4999, 100, 100, $2)",
+            )
+            .bind(name)
+            .bind(guard.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    tx.commit().await
+}
+
 pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {PRODUCT_COLUMNS} FROM products p WHERE p.id = $1"

@@ -221,13 +221,16 @@ async fn supervise(inner: std::sync::Weak<Inner>) {
                 .state_watcher(),
             None => return,
         };
-        loop {
+        let state = loop {
             let state = watcher.changed().await;
             if state.is_terminated() {
-                tracing::warn!(?state, "ZooKeeper session ended; opening a new one");
-                break;
+                break state;
             }
+        };
+        if inner.strong_count() == 0 {
+            return; // closed on purpose: shutting down
         }
+        tracing::warn!(?state, "ZooKeeper session ended; opening a new one");
         let mut backoff = Duration::from_millis(100);
         loop {
             let Some(live) = inner.upgrade() else { return };

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::inventory;
 use crate::lock::Zk;
 use crate::payment::Provider;
 
@@ -24,6 +25,10 @@ pub struct Application {
 impl Application {
     /// Connects to PostgreSQL (and migrates it) and ZooKeeper, and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
+        anyhow::ensure!(
+            config.db_statement_timeout_ms < config.zk_session_timeout_ms,
+            "--db-statement-timeout-ms must be below --zk-session-timeout-ms: a stock write must not outlive its lock"
+        );
         let options = PgConnectOptions::from_str(&config.database_url)
             .context("parsing --database-url")?
             .options([(
@@ -41,6 +46,11 @@ impl Application {
             .run(&db)
             .await
             .context("running database migrations")?;
+        if config.seed_demo {
+            inventory::seed_demo(&db, config.allow_unsafe_guards)
+                .await
+                .context("creating the demo products")?;
+        }
 
         let listener = TcpListener::bind(config.listen)
             .await

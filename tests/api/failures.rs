@@ -17,6 +17,8 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
         "300",
         "--zk-session-timeout-ms",
         "2000",
+        "--db-statement-timeout-ms",
+        "1000",
         "--lock-timeout-ms",
         "30000",
     ];
@@ -174,4 +176,61 @@ async fn a_declined_payment_returns_the_stock() {
             "{guard}: {audit}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buyer_who_hangs_up_while_queued_leaves_the_queue() {
+    let env = TestEnv::new().await;
+    let holder = env
+        .spawn_app(&["--stock-think-ms", "3000", "--instance", "holder"])
+        .await;
+    let waiter = env
+        .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "waiter"])
+        .await;
+    let product = create_product(&holder.base_url, 5, "zk").await;
+    let watcher = env.zk_client().await;
+
+    let held = tokio::spawn({
+        let base = holder.base_url.clone();
+        async move { place_order(&http(), &base, product, "first").await }
+    });
+    wait_until(Duration::from_secs(10), "the holder's node", || async {
+        (env.lock_queue(&watcher, product).await.len() == 1).then_some(())
+    })
+    .await;
+
+    // A client that gives up after 300 ms: it hangs up while its order waits in the queue.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let hung_up = place_order(&impatient, &waiter.base_url, product, "gone").await;
+    assert!(hung_up.is_err(), "the client timed out: {hung_up:?}");
+
+    wait_until(
+        Duration::from_secs(5),
+        "the hung-up buyer's node to be deleted",
+        || async {
+            let queue = env.lock_queue(&watcher, product).await;
+            (!queue.iter().any(|(_, owner)| owner == "waiter")).then_some(())
+        },
+    )
+    .await;
+    let db = env.db.clone();
+    wait_until(
+        Duration::from_secs(5),
+        "the hung-up order to end failed",
+        || async {
+            let failure: Option<String> = sqlx::query_scalar(
+                "SELECT failure FROM orders WHERE user_id = 'gone' AND status = 'failed'",
+            )
+            .fetch_optional(&db)
+            .await
+            .ok()?;
+            (failure.as_deref() == Some("client_gone")).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(held.await.unwrap().unwrap().status, StatusCode::CREATED);
+    assert_eq!(env.stock(product).await, 4);
 }

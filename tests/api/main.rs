@@ -2,8 +2,10 @@
 //! Each test gets a fresh database and ZooKeeper root, so they run in parallel.
 
 mod bad_input;
+mod chaos;
 mod concurrency;
 mod failures;
 mod fencing;
 mod helpers;
 mod interop;
+mod products;

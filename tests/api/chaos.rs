@@ -1,0 +1,149 @@
+//! Outages: a TCP proxy between the app and PostgreSQL or ZooKeeper that the test can cut.
+//! The app must answer 503 `unavailable` (with Retry-After), report not ready, sell nothing,
+//! and recover by itself when the service comes back.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::helpers::*;
+
+/// Forwards 127.0.0.1:<port> to `target` until cut; while cut, drops every connection.
+struct ChaosProxy {
+    addr: String,
+    up: Arc<AtomicBool>,
+    cut: watch::Sender<u64>,
+}
+
+impl ChaosProxy {
+    async fn start(target: String) -> ChaosProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, _) = watch::channel(0u64);
+        let (up2, cut2) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: connection refused in all but name
+                }
+                let target = target.clone();
+                let mut cuts = cut2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        ChaosProxy { addr, up, cut }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+async fn ready(base_url: &str) -> Reply {
+    send(http().get(format!("{base_url}/readyz")))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_outage_answers_503_and_recovers() {
+    let env = TestEnv::new().await;
+    let (before, rest) = env.database_url.split_once('@').unwrap();
+    let (pg_addr, db_path) = rest.split_once('/').unwrap();
+    let proxy = ChaosProxy::start(pg_addr.to_string()).await;
+    let url = format!("{before}@{}/{db_path}", proxy.addr);
+    let app = env.spawn_app(&["--database-url", &url]).await;
+    let product = create_product(&app.base_url, 3, "zk").await;
+
+    proxy.cut();
+    let reply = place_order(&http(), &app.base_url, product, "during-outage")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert_eq!(reply.code(), "unavailable");
+    assert_eq!(reply.retry_after.as_deref(), Some("1"));
+    let readiness = ready(&app.base_url).await;
+    assert_eq!(readiness.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(readiness.body["postgres"], "unavailable");
+    assert_eq!(readiness.body["zookeeper"], "ok");
+
+    proxy.restore();
+    let reply = wait_until(
+        Duration::from_secs(20),
+        "an order to succeed again",
+        || async {
+            let reply = place_order(&http(), &app.base_url, product, "after-outage")
+                .await
+                .ok()?;
+            (reply.status == StatusCode::CREATED).then_some(reply)
+        },
+    )
+    .await;
+    assert_eq!(reply.body["status"], "paid");
+    assert_eq!(
+        env.stock(product).await,
+        2,
+        "only the order after the outage sold"
+    );
+    assert_eq!(audit(&app.base_url, product).await["consistent"], true);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zookeeper_outage_answers_503_and_recovers() {
+    let env = TestEnv::new().await;
+    let proxy = ChaosProxy::start(env.zk_connect.clone()).await;
+    let app = env
+        .spawn_app(&["--zk", &proxy.addr, "--lock-timeout-ms", "1000"])
+        .await;
+    let product = create_product(&app.base_url, 3, "zk").await;
+
+    proxy.cut();
+    let reply = place_order(&http(), &app.base_url, product, "during-outage")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert_eq!(reply.code(), "unavailable");
+    assert!(reply.retry_after.is_some());
+    let readiness = ready(&app.base_url).await;
+    assert_eq!(readiness.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(readiness.body["zookeeper"], "unavailable");
+    assert_eq!(
+        env.stock(product).await,
+        3,
+        "nothing sold while ZooKeeper was away"
+    );
+
+    proxy.restore();
+    let reply = wait_until(
+        Duration::from_secs(30),
+        "an order to succeed again",
+        || async {
+            let reply = place_order(&http(), &app.base_url, product, "after-outage")
+                .await
+                .ok()?;
+            (reply.status == StatusCode::CREATED).then_some(reply)
+        },
+    )
+    .await;
+    assert_eq!(reply.body["status"], "paid");
+    assert_eq!(ready(&app.base_url).await.status, StatusCode::OK);
+    assert_eq!(env.stock(product).await, 2);
+}

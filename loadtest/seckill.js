@@ -1,0 +1,135 @@
+// A flash sale under k6: a fresh product per run, many buyers at once, and an audit at the
+// end that fails the run on any oversell.
+//
+//   BASE_URLS=http://127.0.0.1:8081,http://127.0.0.1:8082 ADMIN_TOKEN=… k6 run loadtest/seckill.js
+//
+// Environment:
+//   BASE_URLS     comma-separated instances; requests are spread over all of them
+//   ADMIN_TOKEN   the servers' admin token (setup() creates the product)
+//   SCENARIO      burst (default): VUS buyers, one order each, all at once — the seckill shape
+//                 rate: RATE orders/s for DURATION — throughput and latency figures
+//   STOCK (100), GUARD (zk), PRICE_CENTS (4999), VUS (500), RATE (200), DURATION (10s)
+//   EXPECT_OVERSELL=1  the run is a demonstration of the `none` guard: do not fail on oversell
+//   RESULTS       where handleSummary writes the full JSON summary (default: none)
+import http from 'k6/http';
+import { check, fail } from 'k6';
+import { Counter, Trend } from 'k6/metrics';
+
+const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
+const SCENARIO = __ENV.SCENARIO || 'burst';
+const STOCK = parseInt(__ENV.STOCK || '100', 10);
+const GUARD = __ENV.GUARD || 'zk';
+const VUS = parseInt(__ENV.VUS || '500', 10);
+const RATE = parseInt(__ENV.RATE || '200', 10);
+const DURATION = __ENV.DURATION || '10s';
+const EXPECT_OVERSELL = __ENV.EXPECT_OVERSELL === '1';
+
+const ordersPaid = new Counter('orders_paid');
+const ordersSoldOut = new Counter('orders_sold_out');
+const ordersRetry = new Counter('orders_retry');
+const ordersUnexpected = new Counter('orders_unexpected');
+const lockWait = new Trend('lock_wait_ms');
+
+const scenarios = {
+  burst: { executor: 'per-vu-iterations', vus: VUS, iterations: 1, maxDuration: '2m' },
+  rate: {
+    executor: 'constant-arrival-rate',
+    rate: RATE,
+    timeUnit: '1s',
+    duration: DURATION,
+    preAllocatedVUs: Math.max(RATE, 10),
+    maxVUs: Math.max(RATE * 4, 50),
+  },
+};
+if (!scenarios[SCENARIO]) throw new Error(`SCENARIO must be burst or rate, not ${SCENARIO}`);
+
+export const options = {
+  scenarios: { [SCENARIO]: scenarios[SCENARIO] },
+  summaryTrendStats: ['avg', 'min', 'med', 'p(95)', 'p(99)', 'max'],
+  thresholds: {
+    // Every answer is one of the expected outcomes, well formed.
+    checks: ['rate==1'],
+    // 5xx other than 503, 4xx other than 409/429, connection errors.
+    orders_unexpected: ['count==0'],
+    'http_req_duration{name:POST /orders}': ['max>=0'],
+  },
+};
+
+export function setup() {
+  const res = http.post(
+    `${BASE_URLS[0]}/api/products`,
+    JSON.stringify({ name: `k6 ${SCENARIO} ${new Date().toISOString()}`, price_cents: parseInt(__ENV.PRICE_CENTS || '4999', 10), stock: STOCK, guard: GUARD }),
+    { headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${__ENV.ADMIN_TOKEN || ''}` } },
+  );
+  if (res.status !== 201) fail(`creating the product failed: ${res.status} ${res.body}`);
+  return { product: res.json('id'), run: `${Date.now().toString(36)}`, base_urls: BASE_URLS, guard: GUARD, stock: STOCK };
+}
+
+export default function (data) {
+  const base = BASE_URLS[(__VU + __ITER) % BASE_URLS.length];
+  // One distinct buyer per iteration.
+  const user = `k6-${data.run}-${__VU}-${__ITER}`;
+  const res = http.post(`${base}/orders`, JSON.stringify({ product_id: data.product, user_id: user, quantity: 1 }), {
+    headers: { 'Content-Type': 'application/json' },
+    tags: { name: 'POST /orders' },
+    responseType: 'text',
+  });
+  let body = null;
+  try {
+    body = JSON.parse(res.body);
+  } catch (_) {
+    body = null;
+  }
+  const retry = res.status === 429 || res.status === 503;
+  check(res, {
+    'status is 201, 409, 429 or 503': (r) => [201, 409, 429, 503].includes(r.status),
+    'body is well formed': () =>
+      body !== null &&
+      (res.status === 201
+        ? body.status === 'paid' && typeof body.id === 'string' && body.product_id === data.product
+        : typeof body.error === 'string' && typeof body.message === 'string' && (res.status !== 409 || body.error === 'sold_out')),
+    '429/503 carry Retry-After': (r) => !retry || Boolean(r.headers['Retry-After']),
+  });
+  if (res.status === 201) {
+    ordersPaid.add(1);
+    if (body && body.lock_wait_ms !== null && body.lock_wait_ms !== undefined) lockWait.add(body.lock_wait_ms);
+  } else if (res.status === 409) {
+    ordersSoldOut.add(1);
+  } else if (retry) {
+    ordersRetry.add(1);
+  } else {
+    ordersUnexpected.add(1);
+  }
+}
+
+export function teardown(data) {
+  const res = http.get(`${BASE_URLS[0]}/api/products/${data.product}/audit`);
+  if (res.status !== 200) fail(`audit failed: ${res.status} ${res.body}`);
+  const audit = res.json();
+  console.log(`AUDIT ${JSON.stringify({ product: data.product, ...audit })}`);
+  if (!EXPECT_OVERSELL && (audit.oversold > 0 || !audit.consistent)) {
+    fail(`OVERSOLD: ${audit.sold} sold of ${audit.stocked_total} (oversold ${audit.oversold}, consistent ${audit.consistent})`);
+  }
+}
+
+function fmt(metric, stat) {
+  const v = metric && metric.values[stat];
+  return v === undefined ? '-' : v.toFixed(1);
+}
+
+export function handleSummary(data) {
+  const m = data.metrics;
+  const count = (name) => (m[name] ? m[name].values.count : 0);
+  const lat = m['http_req_duration{name:POST /orders}'];
+  const seconds = data.state.testRunDurationMs / 1000;
+  const lines = [
+    `k6 ${SCENARIO}: guard ${GUARD}, stock ${STOCK}, ${BASE_URLS.length} instance(s)`,
+    `  paid ${count('orders_paid')}  sold out ${count('orders_sold_out')}  retry ${count('orders_retry')}  unexpected ${count('orders_unexpected')}`,
+    `  POST /orders: ${count('http_reqs')} requests in ${seconds.toFixed(1)} s; p50 ${fmt(lat, 'med')} ms  p95 ${fmt(lat, 'p(95)')} ms  p99 ${fmt(lat, 'p(99)')} ms`,
+    `  lock wait (paid orders): p50 ${fmt(m.lock_wait_ms, 'med')} ms  p99 ${fmt(m.lock_wait_ms, 'p(99)')} ms`,
+    '',
+  ];
+  // loadtest/run prints its own summary with the audit; standalone runs get this one.
+  if (__ENV.RESULTS) return { [__ENV.RESULTS]: JSON.stringify(data, null, 2) };
+  return { stdout: lines.join('\n') };
+}

@@ -59,6 +59,27 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STOCK_THINK_MS", default_value_t = 0)]
     pub stock_think_ms: u64,
 
+    /// Most buyers one instance lets wait for one product's lock; beyond it, 429 `too_busy`.
+    #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 512)]
+    pub max_waiters_per_product: usize,
+
+    /// Bound on a whole request; slower ones answer 503 `unavailable` (an order still runs to
+    /// its end: retry with the same Idempotency-Key to get its outcome).
+    #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 15_000)]
+    pub request_timeout_ms: u64,
+
+    /// On SIGTERM/Ctrl-C, how long in-flight requests may take to finish before we exit.
+    #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
+
+    /// How often this instance looks for unpaid reservations past their deadline.
+    #[arg(long, env = "SECKILL_EXPIRY_INTERVAL_MS", default_value_t = 1000)]
+    pub expiry_interval_ms: u64,
+
+    /// How long an Idempotency-Key and its response are kept (at least 24 h by default).
+    #[arg(long, env = "SECKILL_IDEMPOTENCY_TTL_S", default_value_t = 86_400)]
+    pub idempotency_ttl_s: u64,
+
     /// Accept products with the unsafe `none` guard (it oversells: that is the demo).
     #[arg(long, env = "SECKILL_ALLOW_UNSAFE_GUARDS", default_value_t = false)]
     pub allow_unsafe_guards: bool,

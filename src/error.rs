@@ -9,7 +9,6 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -39,9 +38,31 @@ pub enum AppError {
     /// 405
     #[error("method not allowed on this route")]
     MethodNotAllowed,
-    /// 409: not enough stock left for the quantity asked.
+    /// 409: not enough stock left for the quantity asked. No order row when the sold-out
+    /// flag answered before any work was done.
     #[error("sold out: not enough stock left for this order")]
-    SoldOut { order_id: Uuid },
+    SoldOut { order_id: Option<Uuid> },
+    /// 409: the user already holds the product's per-user limit.
+    #[error("purchase limit reached: this user may not hold more units of this product")]
+    PurchaseLimit { order_id: Option<Uuid> },
+    /// 409: the reservation ran out before it was paid; its stock went back on sale.
+    #[error("the reservation expired before payment; its stock went back on sale")]
+    ReservationExpired { order_id: Uuid },
+    /// 409: a payment for this order is already under way.
+    #[error("a payment for this order is already in progress")]
+    PaymentInProgress { order_id: Uuid },
+    /// 409: the order is not awaiting payment (sold out, failed, ...).
+    #[error("this order is not awaiting payment")]
+    NotPayable { order_id: Uuid },
+    /// 409: the first request with this Idempotency-Key has not finished yet.
+    #[error("a request with this Idempotency-Key is still in progress; retry shortly")]
+    IdempotencyInProgress,
+    /// 422: the Idempotency-Key was first used with a different request.
+    #[error("this Idempotency-Key was used with a different request body")]
+    IdempotencyMismatch,
+    /// 429: too many buyers already queued for this product on this instance.
+    #[error("too many buyers are queued for this product; try again")]
+    TooBusy,
     /// 413
     #[error("request body over {0} bytes")]
     PayloadTooLarge(usize),
@@ -84,7 +105,14 @@ impl AppError {
             AdminDisabled => StatusCode::FORBIDDEN,
             UnknownProduct(_) | OrderNotFound(_) | RouteNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            SoldOut { .. } => StatusCode::CONFLICT,
+            SoldOut { .. }
+            | PurchaseLimit { .. }
+            | ReservationExpired { .. }
+            | PaymentInProgress { .. }
+            | NotPayable { .. }
+            | IdempotencyInProgress => StatusCode::CONFLICT,
+            IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            TooBusy => StatusCode::TOO_MANY_REQUESTS,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             LockTimeout { .. } | LockLost { .. } | Unavailable(_) => {
@@ -107,6 +135,13 @@ impl AppError {
             RouteNotFound => "not_found",
             MethodNotAllowed => "method_not_allowed",
             SoldOut { .. } => "sold_out",
+            PurchaseLimit { .. } => "purchase_limit",
+            ReservationExpired { .. } => "reservation_expired",
+            PaymentInProgress { .. } => "payment_in_progress",
+            NotPayable { .. } => "order_not_payable",
+            IdempotencyInProgress => "idempotency_in_progress",
+            IdempotencyMismatch => "idempotency_mismatch",
+            TooBusy => "too_busy",
             PayloadTooLarge(_) => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             LockTimeout { .. } => "lock_timeout",
@@ -120,18 +155,32 @@ impl AppError {
         use AppError::*;
         match self {
             PaymentFailed { order_id }
-            | SoldOut { order_id }
             | LockTimeout { order_id }
-            | LockLost { order_id } => Some(*order_id),
+            | LockLost { order_id }
+            | ReservationExpired { order_id }
+            | PaymentInProgress { order_id }
+            | NotPayable { order_id } => Some(*order_id),
+            SoldOut { order_id } | PurchaseLimit { order_id } => *order_id,
             _ => None,
         }
     }
-}
 
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        match &self {
+    /// Whether the outcome may differ on a retry (so it is not kept for idempotent replay).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::INTERNAL_SERVER_ERROR
+        ) || matches!(
+            self,
+            AppError::IdempotencyInProgress | AppError::PaymentInProgress { .. }
+        )
+    }
+
+    /// The JSON body, as sent. Logs server-side causes once, here.
+    pub fn body(&self) -> String {
+        match self {
             AppError::Unavailable(cause) => {
                 tracing::warn!(error = format!("{cause:#}"), "unavailable")
             }
@@ -145,13 +194,32 @@ impl IntoResponse for AppError {
             message: self.to_string(),
             order_id: self.order_id(),
         };
-        let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
+        serde_json::to_string(&body).expect("error bodies serialise")
+    }
+}
+
+/// A JSON response from its parts; every 503 and 429 gets `Retry-After`.
+pub fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
         response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        json_response(self.status(), self.body())
     }
 }
 

@@ -55,8 +55,15 @@ pub struct Product {
     pub sold: i64,
     pub stocked_total: i32,
     pub max_per_order: i32,
+    /// Most units one user may hold (reserved + paid).
+    pub per_user_limit: i32,
+    /// How long a reservation waits for payment.
+    pub reservation_ttl_s: i32,
     #[sqlx(try_from = "String")]
     pub guard: Guard,
+    /// Whether the answering instance has the product flagged sold out (see `soldout`).
+    #[sqlx(skip)]
+    pub sold_out: bool,
 }
 
 /// The admin's request to put a product on sale.
@@ -69,6 +76,8 @@ pub struct NewProduct {
     #[serde(default = "default_guard")]
     pub guard: Guard,
     pub max_per_order: Option<i64>,
+    pub per_user_limit: Option<i64>,
+    pub reservation_ttl_s: Option<i64>,
 }
 
 fn default_guard() -> Guard {
@@ -78,6 +87,8 @@ fn default_guard() -> Guard {
 pub const MAX_STOCK: i64 = 100_000_000;
 pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
 pub const MAX_PER_ORDER: i64 = 1_000;
+pub const MAX_PER_USER: i64 = 1_000_000;
+pub const MAX_RESERVATION_TTL_S: i64 = 7 * 24 * 3600;
 
 impl NewProduct {
     /// Checks the product against the sale's rules; the message names the broken one.
@@ -98,6 +109,20 @@ impl NewProduct {
             if !(1..=MAX_PER_ORDER).contains(&max) {
                 return Err(format!(
                     "max_per_order must be between 1 and {MAX_PER_ORDER}"
+                ));
+            }
+        }
+        if let Some(limit) = self.per_user_limit {
+            if !(1..=MAX_PER_USER).contains(&limit) {
+                return Err(format!(
+                    "per_user_limit must be between 1 and {MAX_PER_USER}"
+                ));
+            }
+        }
+        if let Some(ttl) = self.reservation_ttl_s {
+            if !(1..=MAX_RESERVATION_TTL_S).contains(&ttl) {
+                return Err(format!(
+                    "reservation_ttl_s must be between 1 and {MAX_RESERVATION_TTL_S}"
                 ));
             }
         }
@@ -139,15 +164,19 @@ impl From<&Product> for Audit {
     }
 }
 
-const PRODUCT_COLUMNS: &str =
-    "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order, p.guard,
+// `sold` counts the statuses whose units are out of stock and spoken for: reserved, paying
+// (a payment claimed it) and paid.
+const PRODUCT_COLUMNS: &str = "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order,
+    p.per_user_limit, p.reservation_ttl_s, p.guard,
     COALESCE((SELECT SUM(o.quantity) FROM orders o
-              WHERE o.product_id = p.id AND o.status IN ('reserved', 'paid')), 0)::BIGINT AS sold";
+              WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS sold";
 
 pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Error> {
     let sql = format!(
-        "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard)
-                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5) RETURNING *)
+        "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
+                                      per_user_limit, reservation_ttl_s)
+                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600))
+                    RETURNING *)
          SELECT {PRODUCT_COLUMNS} FROM p"
     );
     sqlx::query_as(&sql)
@@ -156,6 +185,8 @@ pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Erro
         .bind(new.stock as i32)
         .bind(new.max_per_order.map(|m| m as i32))
         .bind(new.guard.as_str())
+        .bind(new.per_user_limit.map(|m| m as i32))
+        .bind(new.reservation_ttl_s.map(|t| t as i32))
         .fetch_one(db)
         .await
 }
@@ -207,6 +238,20 @@ pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
     .await
 }
 
+/// Restocking raises the audit's reference figure in the same transaction as the stock.
+pub async fn add_stocked_total(
+    tx: &mut Transaction<'static, Postgres>,
+    product_id: i64,
+    quantity: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1")
+        .bind(product_id)
+        .bind(quantity)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// A change to a product's stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -241,7 +286,11 @@ pub enum Protection {
 /// the caller records the order's new status atomically with the stock, then commits.
 pub enum Outcome {
     Applied(Transaction<'static, Postgres>),
-    Insufficient(Transaction<'static, Postgres>),
+    /// Not enough stock; `stock` is what is left (0 means sold out).
+    Insufficient {
+        tx: Transaction<'static, Postgres>,
+        stock: i32,
+    },
     /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
     Fenced,
 }
@@ -270,11 +319,14 @@ pub async fn change_stock(
                 .bind(q)
                 .execute(&mut *tx)
                 .await?;
-            Ok(if done.rows_affected() == 1 {
-                Outcome::Applied(tx)
-            } else {
-                Outcome::Insufficient(tx)
-            })
+            if done.rows_affected() == 1 {
+                return Ok(Outcome::Applied(tx));
+            }
+            let stock = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+                .bind(product_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            Ok(Outcome::Insufficient { tx, stock })
         }
         Protection::Fenced(token) => {
             // The claim commits on its own, before the read: a newer holder's claim must be
@@ -316,7 +368,7 @@ async fn read_check_write(
         tokio::time::sleep(think).await;
     }
     let Some(next) = next_stock(stock, change) else {
-        return Ok(Outcome::Insufficient(tx));
+        return Ok(Outcome::Insufficient { tx, stock });
     };
     let written = sqlx::query(
         "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL)",
@@ -343,6 +395,8 @@ mod tests {
             stock: 10,
             guard,
             max_per_order: None,
+            per_user_limit: None,
+            reservation_ttl_s: None,
         }
     }
 
@@ -376,13 +430,15 @@ mod tests {
     #[test]
     fn product_fields_are_bounded() {
         type Breaker = fn(&mut NewProduct);
-        let cases: [(Breaker, &str); 6] = [
+        let cases: [(Breaker, &str); 8] = [
             (|p| p.name = "  ".into(), "name"),
             (|p| p.name = "x".repeat(201), "name"),
             (|p| p.price_cents = -1, "price_cents"),
             (|p| p.stock = -1, "stock"),
             (|p| p.stock = MAX_STOCK + 1, "stock"),
             (|p| p.max_per_order = Some(0), "max_per_order"),
+            (|p| p.per_user_limit = Some(0), "per_user_limit"),
+            (|p| p.reservation_ttl_s = Some(0), "reservation_ttl_s"),
         ];
         for (break_it, field) in cases {
             let mut p = product(Guard::Zk);

@@ -10,10 +10,12 @@
 //! The node's `czxid` is the fencing token: zxids grow with every write to the ensemble, and
 //! the queue grants in creation order, so each new holder's token is larger than the last.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use zookeeper_client as zk;
 
 /// What the stock path needs from a granted lock. Dropping it deletes the node (in the
@@ -25,6 +27,8 @@ pub struct StockLock {
     pub token: i64,
     /// Time from asking to holding: the queue's cost, reported to the buyer.
     pub waited: Duration,
+    /// Our place among this instance's waiters for the product, given back with the lock.
+    _slot: OwnedSemaphorePermit,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +37,8 @@ pub enum LockError {
     Timeout(Duration),
     #[error("lock node vanished before it could be used (session expired)")]
     Lost,
+    #[error("too many buyers already queued for this product on this instance")]
+    TooBusy,
     #[error("ZooKeeper unavailable")]
     Unavailable(#[source] anyhow::Error),
 }
@@ -54,6 +60,12 @@ struct Inner {
     /// The live session. Swapped for a new one by [`supervise`] when ZooKeeper expires it;
     /// requests clone it and never hold the lock across an await.
     client: RwLock<zk::Client>,
+    /// Bounds each product's queue on this instance: a flood cannot pile up unbounded
+    /// waiters (and ZooKeeper nodes) behind one lock.
+    max_waiters: usize,
+    waiters: Mutex<HashMap<i64, Arc<Semaphore>>>,
+    /// Flipped on shutdown so background tasks drop their clients and the session can close.
+    closing: watch::Sender<bool>,
 }
 
 impl Zk {
@@ -63,6 +75,7 @@ impl Zk {
         root: &str,
         session_timeout: Duration,
         instance: String,
+        max_waiters: usize,
     ) -> anyhow::Result<Zk> {
         let client = open_session(connect, session_timeout)
             .await
@@ -89,6 +102,9 @@ impl Zk {
                 session_timeout,
                 instance,
                 client: RwLock::new(client),
+                max_waiters,
+                waiters: Mutex::new(HashMap::new()),
+                closing: watch::channel(false).0,
             }),
         };
         tokio::spawn(supervise(Arc::downgrade(&zk.inner)));
@@ -109,6 +125,15 @@ impl Zk {
         self.client().session().clone()
     }
 
+    /// Resolves when the session is being closed on purpose.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.inner.closing.subscribe()
+    }
+
+    pub fn root(&self) -> &str {
+        &self.inner.root
+    }
+
     pub fn instance(&self) -> &str {
         &self.inner.instance
     }
@@ -127,6 +152,14 @@ impl Zk {
         product_id: i64,
         timeout: Duration,
     ) -> Result<StockLock, LockError> {
+        let slots = {
+            let mut waiters = self.inner.waiters.lock().expect("waiters poisoned");
+            waiters
+                .entry(product_id)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.inner.max_waiters)))
+                .clone()
+        };
+        let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
         let client = self.client();
         let dir = self.stock_lock_dir(product_id);
         let started = Instant::now();
@@ -161,6 +194,7 @@ impl Zk {
                 _node: node,
                 token: stat.czxid,
                 waited,
+                _slot: slot,
             }),
             Ok(None) | Err(zk::Error::SessionExpired) => Err(LockError::Lost),
             Err(e) => Err(LockError::Unavailable(e.into())),
@@ -172,6 +206,7 @@ impl Zk {
     /// client (in-flight orders) must be gone first for the close to happen.
     pub async fn close(self) {
         let mut watcher = self.client().state_watcher();
+        self.inner.closing.send_replace(true);
         drop(self);
         let closed = async { while !watcher.changed().await.is_terminated() {} };
         if tokio::time::timeout(Duration::from_secs(2), closed)

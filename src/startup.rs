@@ -5,17 +5,20 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::inventory;
 use crate::lock::Zk;
 use crate::payment::Provider;
+use crate::soldout::SoldOut;
+use crate::{idempotency, orders};
 
 pub struct Application {
     listener: TcpListener,
@@ -65,8 +68,10 @@ impl Application {
             &config.zk_root,
             Duration::from_millis(config.zk_session_timeout_ms),
             instance,
+            config.max_waiters_per_product,
         )
         .await?;
+        let sold_out = SoldOut::start(zk.clone(), &config.zk_root).await?;
         let payment = Provider {
             latency: Duration::from_millis(config.payment_latency_ms),
             failure_rate: config.payment_failure_rate,
@@ -75,6 +80,7 @@ impl Application {
             db,
             zk,
             payment,
+            sold_out,
             config: Arc::new(config),
         };
         Ok(Application { listener, state })
@@ -92,8 +98,9 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, lets in-flight requests finish, then closes the
-    /// ZooKeeper session so our lock nodes go now, not a session timeout later.
+    /// Serves until `shutdown` resolves, then stops accepting and gives in-flight requests
+    /// `--shutdown-grace-ms` to finish; then closes the ZooKeeper session so our lock nodes
+    /// go now, not a session timeout later, and waiters on other instances proceed at once.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -101,12 +108,52 @@ impl Application {
         let Application { listener, state } = self;
         let zk = state.zk.clone();
         let db = state.db.clone();
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("serving HTTP")?;
+        let grace = Duration::from_millis(state.config.shutdown_grace_ms);
+        let sweeper = tokio::spawn(sweep(state.clone()));
+
+        let (stopping, stopped) = oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            let _ = stopping.send(());
+        };
+        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(signal);
+        let deadline = async {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            served = std::future::IntoFuture::into_future(server) => served.context("serving HTTP")?,
+            _ = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; closing anyway"),
+        }
+        sweeper.abort();
+        let _ = sweeper.await;
         zk.close().await;
         db.close().await;
         Ok(())
+    }
+}
+
+/// The background work every instance does: expire unpaid reservations, forget old
+/// Idempotency-Keys. Safe to run on all instances at once.
+async fn sweep(state: AppState) {
+    let interval = Duration::from_millis(state.config.expiry_interval_ms);
+    let key_ttl = Duration::from_secs(state.config.idempotency_ttl_s);
+    let mut purged_at: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(interval).await;
+        match orders::expire_due(&state).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(expired = n, "returned the stock of unpaid reservations"),
+            Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
+        }
+        if purged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
+            purged_at = Some(Instant::now());
+            if let Err(e) = idempotency::purge(&state.db, key_ttl).await {
+                tracing::warn!(error = %e, "purging old idempotency keys failed");
+            }
+        }
     }
 }

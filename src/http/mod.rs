@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::error::AppError;
 use crate::lock::Zk;
 use crate::payment::Provider;
+use crate::soldout::SoldOut;
 
 /// Largest request body any route accepts.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -32,11 +33,13 @@ pub struct AppState {
     pub db: PgPool,
     pub zk: Zk,
     pub payment: Provider,
+    pub sold_out: SoldOut,
     pub config: Arc<Config>,
 }
 
 /// The route table. Each resource module owns its routes; this is where they meet.
 pub fn router(state: AppState) -> Router {
+    let request_timeout = state.config.request_timeout_ms;
     let static_files = ServeDir::new(&state.config.static_dir).not_found_service(
         axum::handler::HandlerWithoutStateExt::into_service(not_found),
     );
@@ -48,6 +51,13 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(reject_large_bodies))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            time_limit(
+                request,
+                next,
+                std::time::Duration::from_millis(request_timeout),
+            )
+        }))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -70,6 +80,17 @@ async fn reject_large_bodies(request: Request, next: Next) -> Response {
         return AppError::PayloadTooLarge(MAX_BODY_BYTES).into_response();
     }
     next.run(request).await
+}
+
+/// Bounds every request. An order outlives its request (it runs in its own task), so a
+/// timed-out buyer retries with the same Idempotency-Key to learn the outcome.
+async fn time_limit(request: Request, next: Next, limit: std::time::Duration) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            AppError::Unavailable(anyhow::anyhow!("request took over {limit:?}")).into_response()
+        }
+    }
 }
 
 /// `axum::Json`, but its rejections answer in our error shape and codes.

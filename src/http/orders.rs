@@ -1,31 +1,48 @@
-//! `/orders`: buying, and looking an order up.
+//! `/orders`: buying, paying a reservation, and looking an order up.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
 
 use super::{parse_id, AppState, Json};
 use crate::error::AppError;
+use crate::idempotency::{self, Reply};
 use crate::orders::{self, NewOrder, Order};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/orders", post(create))
         .route("/orders/{id}", get(show))
+        .route("/orders/{id}/pay", post(pay))
 }
 
-/// The order runs in its own task so that a client hanging up cannot cut it off between
-/// two writes; the task is only told (through `client_gone`) so it can leave the lock queue.
+/// The order runs in its own task so that a client hanging up, or the request timeout,
+/// cannot cut it off between two writes; the task is only told (through `client_gone`) so it
+/// can leave the lock queue, and it records the idempotent response itself.
 async fn create(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Json(new): Json<NewOrder>,
-) -> Result<(StatusCode, Json<Order>), AppError> {
+) -> Result<Response, AppError> {
+    let key = idempotency::key(&headers)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move { orders::place(&state, new, client_gone).await });
+    let task = tokio::spawn(async move { idempotency::place(&state, key, new, client_gone).await });
+    let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;
+    Ok(axum::response::IntoResponse::into_response(reply))
+}
+
+/// Pays a reservation made with `"pay": false`. Paying a paid order again answers it as is.
+async fn pay(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Order>, AppError> {
+    let id = parse_id(&id, "order id")?;
+    let task = tokio::spawn(async move { orders::pay(&state, id).await });
     let order = task.await.map_err(|e| AppError::Internal(e.into()))??;
-    Ok((StatusCode::CREATED, Json(order)))
+    Ok(Json(order))
 }
 
 async fn show(

@@ -1,0 +1,199 @@
+//! `Idempotency-Key` for `POST /orders`: a retried request gets the first one's answer, byte
+//! for byte, and never touches the stock again — also when the retries race each other on
+//! different instances.
+//!
+//! The key's row is inserted before the order runs (the primary key lets exactly one request
+//! win, wherever it runs) and completed with the response when the order finishes. A
+//! transient outcome (503, 429, 500) is not kept: the row is deleted so a retry runs afresh.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+
+use crate::error::{json_response, AppError};
+use crate::http::AppState;
+use crate::orders::{self, NewOrder, Order};
+
+pub const HEADER: &str = "idempotency-key";
+
+/// A finished answer: what was sent, and whether it is a replay.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: String,
+    pub replayed: bool,
+}
+
+impl Reply {
+    fn of(result: Result<Order, AppError>) -> Reply {
+        match result {
+            Ok(order) => Reply {
+                status: StatusCode::CREATED,
+                body: serde_json::to_string(&order).expect("orders serialise"),
+                replayed: false,
+            },
+            Err(e) => Reply {
+                status: e.status(),
+                body: e.body(),
+                replayed: false,
+            },
+        }
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = json_response(self.status, self.body);
+        if self.replayed {
+            response
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
+        response
+    }
+}
+
+/// The key, if any: 1 to 128 visible ASCII characters.
+pub fn key(headers: &HeaderMap) -> Result<Option<String>, AppError> {
+    let Some(raw) = headers.get(HEADER) else {
+        return Ok(None);
+    };
+    let bytes = raw.as_bytes();
+    if bytes.is_empty() || bytes.len() > 128 || !bytes.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(AppError::invalid(
+            "Idempotency-Key must be 1 to 128 visible ASCII characters",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Places the order once per key.
+pub async fn place(
+    state: &AppState,
+    key: Option<String>,
+    new: NewOrder,
+    client_gone: oneshot::Receiver<()>,
+) -> Reply {
+    let Some(key) = key else {
+        return Reply::of(orders::place(state, new, client_gone).await);
+    };
+    let fingerprint = serde_json::to_value(&new).expect("requests serialise");
+    match begin(&state.db, &key, &fingerprint).await {
+        Ok(Begin::First) => {}
+        Ok(Begin::Replay(reply)) => return reply,
+        Ok(Begin::Mismatch) => return Reply::of(Err(AppError::IdempotencyMismatch)),
+        Ok(Begin::InProgress) => return Reply::of(Err(AppError::IdempotencyInProgress)),
+        Err(e) => return Reply::of(Err(e.into())),
+    }
+    let result = orders::place(state, new, client_gone).await;
+    let transient = result.as_ref().is_err_and(AppError::is_transient);
+    let reply = Reply::of(result);
+    if let Err(e) = finish(&state.db, &key, &reply, transient).await {
+        // The order's own status is already final; only the replay is lost.
+        tracing::warn!(error = %e, "could not record the idempotent response");
+    }
+    reply
+}
+
+enum Begin {
+    First,
+    Replay(Reply),
+    Mismatch,
+    InProgress,
+}
+
+async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO idempotency_keys (key, request) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(key)
+    .bind(fingerprint)
+    .execute(db)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        return Ok(Begin::First);
+    }
+    let row: Option<(Value, Option<i16>, Option<String>)> = sqlx::query_as(
+        "SELECT request, status_code, response FROM idempotency_keys WHERE key = $1",
+    )
+    .bind(key)
+    .fetch_optional(db)
+    .await?;
+    Ok(match row {
+        // Deleted in between (the first attempt was transient): ask the client to retry.
+        None => Begin::InProgress,
+        Some((request, _, _)) if request != *fingerprint => Begin::Mismatch,
+        Some((_, Some(status), Some(body))) => Begin::Replay(Reply {
+            status: StatusCode::from_u16(status as u16)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+            replayed: true,
+        }),
+        Some(_) => Begin::InProgress,
+    })
+}
+
+async fn finish(db: &PgPool, key: &str, reply: &Reply, transient: bool) -> Result<(), sqlx::Error> {
+    if transient {
+        sqlx::query("DELETE FROM idempotency_keys WHERE key = $1")
+            .bind(key)
+            .execute(db)
+            .await?;
+    } else {
+        sqlx::query(
+            "UPDATE idempotency_keys SET status_code = $2, response = $3, completed_at = now() WHERE key = $1",
+        )
+        .bind(key)
+        .bind(reply.status.as_u16() as i16)
+        .bind(&reply.body)
+        .execute(db)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Forgets keys older than `ttl`.
+pub async fn purge(db: &PgPool, ttl: std::time::Duration) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)",
+    )
+    .bind(ttl.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &[u8]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(HEADER, HeaderValue::from_bytes(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn keys_are_visible_ascii_up_to_128() {
+        assert_eq!(key(&HeaderMap::new()).unwrap(), None);
+        assert_eq!(
+            key(&headers(b"order-42")).unwrap().as_deref(),
+            Some("order-42")
+        );
+        assert!(key(&headers(&[b'k'; 128])).is_ok());
+        assert!(key(&headers(&[b'k'; 129])).is_err());
+        assert!(key(&headers(b"has space")).is_err());
+        assert!(key(&headers(b"")).is_err());
+        assert!(key(&headers("ключ".as_bytes())).is_err());
+    }
+
+    #[test]
+    fn transient_outcomes_are_not_kept() {
+        let id = uuid::Uuid::nil();
+        assert!(AppError::LockTimeout { order_id: id }.is_transient());
+        assert!(AppError::TooBusy.is_transient());
+        assert!(!AppError::SoldOut { order_id: None }.is_transient());
+        assert!(!AppError::PaymentFailed { order_id: id }.is_transient());
+    }
+}

@@ -217,7 +217,10 @@ pub struct ServerProcess {
 pub struct Reply {
     pub status: StatusCode,
     pub body: Value,
+    /// The body exactly as sent, for byte-for-byte replay checks.
+    pub raw: String,
     pub retry_after: Option<String>,
+    pub replayed: bool,
 }
 
 impl Reply {
@@ -241,21 +244,37 @@ pub async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap_or_default().to_string());
-    let text = response.text().await.context("reading body")?;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let raw = response.text().await.context("reading body")?;
+    let body = serde_json::from_str(&raw).unwrap_or(Value::String(raw.clone()));
     Ok(Reply {
         status,
         body,
+        raw,
         retry_after,
+        replayed,
     })
 }
 
 pub async fn create_product(base_url: &str, stock: i64, guard: &str) -> i64 {
+    create_product_with(base_url, json!({ "stock": stock, "guard": guard })).await
+}
+
+/// A product with the given fields over the defaults (price 1999, stock 10, guard zk).
+pub async fn create_product_with(base_url: &str, fields: Value) -> i64 {
+    let mut body =
+        json!({ "name": "test product", "price_cents": 1999, "stock": 10, "guard": "zk" });
+    body.as_object_mut()
+        .unwrap()
+        .extend(fields.as_object().expect("an object").clone());
     let reply = send(
         http()
             .post(format!("{base_url}/api/products"))
             .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({ "name": format!("{guard} test product"), "price_cents": 1999, "stock": stock, "guard": guard })),
+            .json(&body),
     )
     .await
     .expect("create product");

@@ -6,6 +6,8 @@ mod chaos;
 mod concurrency;
 mod failures;
 mod fencing;
+mod fuzz;
 mod helpers;
 mod interop;
 mod products;
+mod rules;

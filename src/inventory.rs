@@ -15,6 +15,8 @@ use sqlx::{PgPool, Postgres, Transaction};
 pub enum Guard {
     /// Read-check-write inside the product's fair ZooKeeper lock, fenced by the lock's token.
     Zk,
+    /// The same, under the naive lock everyone watches (the herd effect), also fenced.
+    ZkHerd,
     /// No lock: one conditional `UPDATE ... WHERE stock >= q`. The database-only baseline.
     PgAtomic,
     /// Read-check-write with no lock and no fence. Oversells under concurrency: the demo.
@@ -25,6 +27,7 @@ impl Guard {
     pub fn as_str(self) -> &'static str {
         match self {
             Guard::Zk => "zk",
+            Guard::ZkHerd => "zk-herd",
             Guard::PgAtomic => "pg-atomic",
             Guard::None => "none",
         }
@@ -37,6 +40,7 @@ impl TryFrom<String> for Guard {
     fn try_from(s: String) -> Result<Self, Self::Error> {
         match s.as_str() {
             "zk" => Ok(Guard::Zk),
+            "zk-herd" => Ok(Guard::ZkHerd),
             "pg-atomic" => Ok(Guard::PgAtomic),
             "none" => Ok(Guard::None),
             _ => Err(format!("unknown guard {s:?}")),
@@ -450,7 +454,7 @@ mod tests {
 
     #[test]
     fn guards_round_trip_through_their_names() {
-        for g in [Guard::Zk, Guard::PgAtomic, Guard::None] {
+        for g in [Guard::Zk, Guard::ZkHerd, Guard::PgAtomic, Guard::None] {
             assert_eq!(Guard::try_from(g.as_str().to_string()), Ok(g));
             assert_eq!(serde_json::to_value(g).unwrap(), g.as_str());
         }

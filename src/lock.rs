@@ -1,14 +1,25 @@
-//! ZooKeeper: this instance's one session, kept alive across expiry, and the fair per-product
-//! stock lock built on zookeeper-client's Curator-compatible recipe.
+//! ZooKeeper: this instance's one session, kept alive across expiry, and the per-product stock
+//! locks — the fair one the service uses, and the naive one the teaching page compares it to.
 //!
-//! A lock is an ephemeral-sequential node `{root}/locks/stock/{product}/_c_<uuid>-lock-<seq>`.
+//! **Fair** (guard `zk`, Apache Curator's `InterProcessMutex` recipe and node names): each
+//! contender creates an ephemeral-sequential node `{root}/locks/stock/{product}/_c_<uuid>-lock-<seq>`.
 //! The smallest sequence holds the lock; every other contender watches only the node just
-//! before its own (no herd effect), so the queue is first come, first served. A holder that
-//! crashes loses its session and ZooKeeper deletes its node: the next in line proceeds.
-//! Apache Curator's `InterProcessMutex` on the same path excludes us and we it.
+//! before its own, so a release wakes exactly one waiter and buyers are served first come,
+//! first served. Curator on the same path excludes us and we it (tested).
+//!
+//! **Herd** (guard `zk-herd`): everyone tries to create the one ephemeral node
+//! `{root}/locks/herd/{product}/lock` and, failing, watches it; each release wakes every
+//! waiter, of whom one wins. Unfair, and its cost grows with the crowd: the herd effect.
+//!
+//! Both are ours rather than zookeeper-client's `Client::lock` because the page shows how
+//! many watch wake-ups each acquisition cost, which the crate's recipe cannot report; both
+//! keep its care: a contender that gives up, or is cancelled, deletes its node (even one whose
+//! create was still in flight), and a connection loss during create finds the node by its
+//! unique name. A holder that crashes loses its session and ZooKeeper deletes its node.
 //!
 //! The node's `czxid` is the fencing token: zxids grow with every write to the ensemble, and
-//! the queue grants in creation order, so each new holder's token is larger than the last.
+//! both recipes grant in creation order of the granted node, so each new holder's token is
+//! larger than the last.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -22,13 +33,30 @@ use zookeeper_client as zk;
 /// background), so every exit path releases, including panics and cancelled futures.
 pub struct StockLock {
     /// Keeps the node alive; its drop is the release.
-    _node: zk::OwnedLockClient,
+    _node: OwnNode,
     /// The node's czxid, checked by Postgres on every stock write.
     pub token: i64,
     /// Time from asking to holding: the queue's cost, reported to the buyer.
     pub waited: Duration,
+    /// Watch notifications this acquisition woke up for (1 per wait in a fair queue; up
+    /// to one per release in a herd).
+    pub wakeups: u64,
     /// Our place among this instance's waiters for the product, given back with the lock.
     _slot: OwnedSemaphorePermit,
+}
+
+/// Which recipe guards a product's stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    Fair,
+    Herd,
+}
+
+/// What acquisitions of one product's lock have cost on this instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LockStats {
+    pub acquisitions: u64,
+    pub wakeups: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +92,8 @@ struct Inner {
     /// waiters (and ZooKeeper nodes) behind one lock.
     max_waiters: usize,
     waiters: Mutex<HashMap<i64, Arc<Semaphore>>>,
+    /// Per product, what its acquisitions cost (shown on the teaching page).
+    stats: Mutex<HashMap<i64, LockStats>>,
     /// Flipped on shutdown so background tasks drop their clients and the session can close.
     closing: watch::Sender<bool>,
 }
@@ -104,6 +134,7 @@ impl Zk {
                 client: RwLock::new(client),
                 max_waiters,
                 waiters: Mutex::new(HashMap::new()),
+                stats: Mutex::new(HashMap::new()),
                 closing: watch::channel(false).0,
             }),
         };
@@ -138,18 +169,28 @@ impl Zk {
         &self.inner.instance
     }
 
-    /// The directory holding a product's lock queue.
-    pub fn stock_lock_dir(&self, product_id: i64) -> String {
-        format!("{}/locks/stock/{product_id}", self.inner.root)
+    /// The directory holding a product's lock nodes.
+    pub fn lock_dir(&self, recipe: Recipe, product_id: i64) -> String {
+        match recipe {
+            Recipe::Fair => format!("{}/locks/stock/{product_id}", self.inner.root),
+            Recipe::Herd => format!("{}/locks/herd/{product_id}", self.inner.root),
+        }
     }
 
-    /// Takes a number in the product's queue and waits, at most `timeout`, to be served.
+    /// What this instance's acquisitions of the product's lock have cost so far.
+    pub fn stats(&self, product_id: i64) -> LockStats {
+        let stats = self.inner.stats.lock().expect("stats poisoned");
+        stats.get(&product_id).copied().unwrap_or_default()
+    }
+
+    /// Waits, at most `timeout`, for the product's lock under the given recipe.
     ///
     /// Cancellation-safe: dropping the future (client gone, timeout) deletes our node, since a
     /// leftover node would stall everyone queued behind it until our session ended.
     pub async fn lock_stock(
         &self,
         product_id: i64,
+        recipe: Recipe,
         timeout: Duration,
     ) -> Result<StockLock, LockError> {
         let slots = {
@@ -161,21 +202,19 @@ impl Zk {
         };
         let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
         let client = self.client();
-        let dir = self.stock_lock_dir(product_id);
+        let dir = self.lock_dir(recipe, product_id);
         let started = Instant::now();
         let acquire = async {
-            let prefix = zk::LockPrefix::new_curator(&dir, "lock-")?;
-            let options = zk::LockOptions::new(zk::Acls::anyone_all()).with_ancestor_options(
-                zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            )?;
-            let lock = client
-                .lock(prefix, self.inner.instance.as_bytes(), options)
-                .await?;
-            Ok::<_, zk::Error>(lock.into_owned())
+            match recipe {
+                Recipe::Fair => acquire_fair(&client, &dir, &self.inner.instance).await,
+                Recipe::Herd => acquire_herd(&client, &dir, &self.inner.instance).await,
+            }
         };
-        let node = match tokio::time::timeout(timeout, acquire).await {
-            Ok(Ok(node)) => node,
-            Ok(Err(zk::Error::SessionExpired)) => return Err(LockError::Lost),
+        let (node, token, wakeups) = match tokio::time::timeout(timeout, acquire).await {
+            Ok(Ok(acquired)) => acquired,
+            Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => {
+                return Err(LockError::Lost)
+            }
             Ok(Err(e)) => return Err(LockError::Unavailable(e.into())),
             // Waiting on a dead connection is an outage, not a long queue.
             Err(_) if !is_connected(client.state()) => {
@@ -186,19 +225,19 @@ impl Zk {
             }
             Err(_) => return Err(LockError::Timeout(timeout)),
         };
-        let waited = started.elapsed();
-        // The recipe drops the create's Stat; one read gets the czxid. If the node is already
-        // gone our session expired while we were being granted: the lock is not ours.
-        match client.check_stat(node.lock_path()).await {
-            Ok(Some(stat)) => Ok(StockLock {
-                _node: node,
-                token: stat.czxid,
-                waited,
-                _slot: slot,
-            }),
-            Ok(None) | Err(zk::Error::SessionExpired) => Err(LockError::Lost),
-            Err(e) => Err(LockError::Unavailable(e.into())),
+        {
+            let mut stats = self.inner.stats.lock().expect("stats poisoned");
+            let entry = stats.entry(product_id).or_default();
+            entry.acquisitions += 1;
+            entry.wakeups += wakeups;
         }
+        Ok(StockLock {
+            _node: node,
+            token,
+            waited: started.elapsed(),
+            wakeups,
+            _slot: slot,
+        })
     }
 
     /// Closes the session so ZooKeeper deletes our nodes now rather than after the session
@@ -226,6 +265,228 @@ impl Zk {
             tokio::time::timeout(Duration::from_secs(2), client.check_stat(&self.inner.root)).await,
             Ok(Ok(Some(_)))
         )
+    }
+}
+
+/// A node of ours that is deleted when this is dropped: after use (the release), or when the
+/// wait for it is abandoned. Until `path` is known (create still in flight), the drop finds
+/// the node by its unique `marker` instead: requests on a session are ordered, so a lookup
+/// sent after the create sees its result.
+struct OwnNode {
+    client: zk::Client,
+    dir: String,
+    /// A string only our node contains: its name (fair) or its data (herd). `None` once we
+    /// know no node of ours exists.
+    marker: Option<String>,
+    path: Option<String>,
+}
+
+impl Drop for OwnNode {
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let (dir, path) = (self.dir.clone(), self.path.take());
+        let Some(marker) = self.marker.take() else {
+            return;
+        };
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                let result = match &path {
+                    Some(path) => client.delete(path, None).await,
+                    None => delete_by_marker(&client, &dir, &marker).await,
+                };
+                match result {
+                    Ok(()) | Err(zk::Error::NoNode) => return,
+                    // Session gone: ZooKeeper deletes our ephemeral nodes itself.
+                    Err(e) if e == zk::Error::SessionExpired || e == zk::Error::ClientClosed => {
+                        return
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+    }
+}
+
+async fn delete_by_marker(client: &zk::Client, dir: &str, marker: &str) -> Result<(), zk::Error> {
+    for child in client.list_children(dir).await? {
+        let path = format!("{dir}/{child}");
+        let ours = child.contains(marker)
+            || matches!(client.get_data(&path).await, Ok((data, _)) if data == marker.as_bytes());
+        if ours {
+            return client.delete(&path, None).await;
+        }
+    }
+    Ok(())
+}
+
+fn sequence(name: &str) -> Option<u64> {
+    name.rsplit_once("lock-")
+        .and_then(|(_, seq)| seq.parse().ok())
+}
+
+/// The fair queue: take a number, then wait for the node just before ours to go.
+async fn acquire_fair(
+    client: &zk::Client,
+    dir: &str,
+    instance: &str,
+) -> Result<(OwnNode, i64, u64), zk::Error> {
+    let id = uuid::Uuid::new_v4();
+    let marker = format!("_c_{id}-");
+    let prefix = format!("{dir}/{marker}lock-");
+    let mut node = OwnNode {
+        client: client.clone(),
+        dir: dir.to_string(),
+        marker: Some(marker.clone()),
+        path: None,
+    };
+    let ephemeral_sequential =
+        zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (name, token) = loop {
+        match client
+            .create(&prefix, instance.as_bytes(), &ephemeral_sequential)
+            .await
+        {
+            Ok((stat, seq)) => break (format!("{marker}lock-{seq}"), stat.czxid),
+            Err(zk::Error::NoNode) => make_dir(client, dir).await?,
+            // Did the create happen? Our unique marker says; ask until there is an answer, or
+            // a second create could leave an orphan node blocking the queue.
+            Err(zk::Error::ConnectionLoss) => {
+                if let Some(found) = find_created(client, dir, &marker).await? {
+                    break found;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    node.path = Some(format!("{dir}/{name}"));
+    let mine = sequence(&name).ok_or(zk::Error::RuntimeInconsistent)?;
+    let mut wakeups = 0;
+    loop {
+        let mut queue: Vec<(u64, String)> = match client.list_children(dir).await {
+            Ok(children) => children
+                .into_iter()
+                .filter_map(|c| Some((sequence(&c)?, c)))
+                .collect(),
+            Err(zk::Error::ConnectionLoss) => continue,
+            Err(e) => return Err(e),
+        };
+        queue.sort_unstable();
+        let Some(position) = queue.iter().position(|(seq, _)| *seq == mine) else {
+            // Our node is gone: the session that owned it expired.
+            return Err(zk::Error::RuntimeInconsistent);
+        };
+        if position == 0 {
+            return Ok((node, token, wakeups));
+        }
+        let predecessor = format!("{dir}/{}", queue[position - 1].1);
+        match client.get_and_watch_data(&predecessor).await {
+            Ok((_, _, watcher)) => {
+                watcher.changed().await;
+                wakeups += 1;
+            }
+            Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The herd: everyone races to create the one node and, losing, watches it.
+async fn acquire_herd(
+    client: &zk::Client,
+    dir: &str,
+    instance: &str,
+) -> Result<(OwnNode, i64, u64), zk::Error> {
+    let path = format!("{dir}/lock");
+    // Unique per contender, so a connection loss during create can tell whose node it is.
+    let marker = format!("{instance}#{}", uuid::Uuid::new_v4());
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let mut wakeups = 0;
+    loop {
+        let mut node = OwnNode {
+            client: client.clone(),
+            dir: dir.to_string(),
+            marker: Some(marker.clone()),
+            path: None,
+        };
+        match client.create(&path, marker.as_bytes(), &ephemeral).await {
+            Ok((stat, _)) => {
+                node.path = Some(path);
+                return Ok((node, stat.czxid, wakeups));
+            }
+            Err(zk::Error::NoNode) => make_dir(client, dir).await?,
+            Err(zk::Error::NodeExists) => match client.check_and_watch_stat(&path).await {
+                Ok((Some(_), watcher)) => {
+                    watcher.changed().await;
+                    wakeups += 1;
+                }
+                Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
+                Err(e) => return Err(e),
+            },
+            Err(zk::Error::ConnectionLoss) => {
+                if let Some(token) = find_held(client, &path, &marker).await? {
+                    node.path = Some(path);
+                    return Ok((node, token, wakeups));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        // The create has answered, and not with our node: nothing to clean up.
+        node.marker = None;
+    }
+}
+
+/// After a create lost its answer: our sequential node's name and czxid, if it exists.
+async fn find_created(
+    client: &zk::Client,
+    dir: &str,
+    marker: &str,
+) -> Result<Option<(String, i64)>, zk::Error> {
+    loop {
+        let children = match client.list_children(dir).await {
+            Ok(children) => children,
+            Err(zk::Error::ConnectionLoss) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(found) = children.into_iter().find(|c| c.starts_with(marker)) else {
+            return Ok(None);
+        };
+        match client.get_data(&format!("{dir}/{found}")).await {
+            Ok((_, stat)) => return Ok(Some((found, stat.czxid))),
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// After a create lost its answer: the herd node's czxid, if the node is ours.
+async fn find_held(
+    client: &zk::Client,
+    path: &str,
+    marker: &str,
+) -> Result<Option<i64>, zk::Error> {
+    loop {
+        match client.get_data(path).await {
+            Ok((data, stat)) => return Ok((data == marker.as_bytes()).then_some(stat.czxid)),
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn make_dir(client: &zk::Client, dir: &str) -> Result<(), zk::Error> {
+    match client
+        .mkdir(
+            dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+    {
+        Ok(()) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

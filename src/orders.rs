@@ -26,7 +26,7 @@ use uuid::Uuid;
 use crate::error::AppError;
 use crate::http::AppState;
 use crate::inventory::{self, Change, Guard, Outcome, Product, Protection};
-use crate::lock::{LockError, StockLock};
+use crate::lock::{LockError, Recipe, StockLock};
 use crate::payment::Charge;
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.
@@ -148,24 +148,24 @@ pub async fn place(
     pay(state, id).await
 }
 
-/// What the product's guard needs before a stock change: for `zk`, a place at the head of
-/// the product's lock queue, whose token fences the write.
+/// What the product's guard needs before a stock change: for `zk` and `zk-herd`, the
+/// product's lock, whose token fences the write.
 pub async fn enter(
     state: &AppState,
     product: &Product,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
-    match product.guard {
-        Guard::Zk => {
-            let lock = state
-                .zk
-                .lock_stock(product.id, state.config.lock_timeout())
-                .await?;
-            let protection = Protection::Fenced(lock.token);
-            Ok((Some(lock), protection))
-        }
-        Guard::PgAtomic => Ok((None, Protection::Atomic)),
-        Guard::None => Ok((None, Protection::Unguarded)),
-    }
+    let recipe = match product.guard {
+        Guard::Zk => Recipe::Fair,
+        Guard::ZkHerd => Recipe::Herd,
+        Guard::PgAtomic => return Ok((None, Protection::Atomic)),
+        Guard::None => return Ok((None, Protection::Unguarded)),
+    };
+    let lock = state
+        .zk
+        .lock_stock(product.id, recipe, state.config.lock_timeout())
+        .await?;
+    let protection = Protection::Fenced(lock.token);
+    Ok((Some(lock), protection))
 }
 
 /// Steps 2-4: enter the guard, take the stock and the buyer's units, record `reserved` in

@@ -2,60 +2,11 @@
 //! The app must answer 503 `unavailable` (with Retry-After), report not ready, sell nothing,
 //! and recover by itself when the service comes back.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 use crate::helpers::*;
-
-/// Forwards 127.0.0.1:<port> to `target` until cut; while cut, drops every connection.
-struct ChaosProxy {
-    addr: String,
-    up: Arc<AtomicBool>,
-    cut: watch::Sender<u64>,
-}
-
-impl ChaosProxy {
-    async fn start(target: String) -> ChaosProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let up = Arc::new(AtomicBool::new(true));
-        let (cut, _) = watch::channel(0u64);
-        let (up2, cut2) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !up2.load(Ordering::SeqCst) {
-                    continue; // dropped: connection refused in all but name
-                }
-                let target = target.clone();
-                let mut cuts = cut2.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cuts.changed() => {}
-                    }
-                });
-            }
-        });
-        ChaosProxy { addr, up, cut }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.cut.send_modify(|n| *n += 1);
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
 
 async fn ready(base_url: &str) -> Reply {
     send(http().get(format!("{base_url}/readyz")))

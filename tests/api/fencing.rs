@@ -14,8 +14,17 @@ use crate::helpers::*;
 async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     let env = TestEnv::new().await;
     // The stale holder thinks for 3 s between reading and writing the stock.
+    // Its ZooKeeper connection runs through a proxy we can cut: a network partition.
+    let partition = ChaosProxy::start(env.zk_connect.clone()).await;
     let stale = env
-        .spawn_app(&["--stock-think-ms", "3000", "--instance", "stale"])
+        .spawn_app(&[
+            "--stock-think-ms",
+            "3000",
+            "--instance",
+            "stale",
+            "--zk",
+            &partition.addr,
+        ])
         .await;
     let fresh = env
         .spawn_app(&["--lock-timeout-ms", "20000", "--instance", "fresh"])
@@ -42,8 +51,11 @@ async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     )
     .await;
 
-    // Take the stale holder's session over and close it: ZooKeeper expires it and deletes
-    // its lock node, exactly as after a long GC pause or a partition.
+    // Partition the stale holder from ZooKeeper, then take its session over and close it:
+    // ZooKeeper ends the session and deletes its lock node, as it does once a long GC pause
+    // or partition outlasts the session timeout. (Cut first, or its client would win the
+    // session back.)
+    partition.cut();
     let hijack = zk::Client::connector()
         .with_session(stale.zk.session())
         .connect(&env.zk_connect)

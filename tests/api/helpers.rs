@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -15,8 +17,9 @@ use seckill::{Application, Config};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use zookeeper_client as zk;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -333,5 +336,50 @@ where
             "timed out after {limit:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Forwards 127.0.0.1:<port> to `target` until cut; while cut, drops every connection.
+pub struct ChaosProxy {
+    pub addr: String,
+    up: Arc<AtomicBool>,
+    cut: watch::Sender<u64>,
+}
+
+impl ChaosProxy {
+    pub async fn start(target: String) -> ChaosProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, _) = watch::channel(0u64);
+        let (up2, cut2) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: connection refused in all but name
+                }
+                let target = target.clone();
+                let mut cuts = cut2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        ChaosProxy { addr, up, cut }
+    }
+
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
     }
 }

@@ -10,20 +10,20 @@
 //! - [`orders`]: the order flow and its statuses.
 //! - [`inventory`]: products, the audit, and stock changes under each guard.
 //! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
-//! - [`soldout`]: the sold-out flag every instance shares through ZooKeeper.
+//! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
 //! - [`idempotency`]: `Idempotency-Key` replay for orders.
 //! - [`payment`]: the simulated payment provider.
 //! - [`error`]: the one error type, and how it becomes an HTTP answer.
 
 pub mod config;
 pub mod error;
+pub mod flags;
 pub mod http;
 pub mod idempotency;
 pub mod inventory;
 pub mod lock;
 pub mod orders;
 pub mod payment;
-pub mod soldout;
 pub mod startup;
 
 pub use config::Config;

@@ -109,7 +109,7 @@ pub async fn place(
 ) -> Result<Order, AppError> {
     new.validate().map_err(AppError::InvalidRequest)?;
     // The flood after a sale ends here: no lock, no write, no order row.
-    if state.sold_out.is_flagged(new.product_id) {
+    if state.sold_out.is_raised(&new.product_id.to_string()) {
         return Err(AppError::SoldOut { order_id: None });
     }
     let db = &state.db;
@@ -180,11 +180,18 @@ async fn reserve(
     mut client_gone: oneshot::Receiver<()>,
 ) -> Result<Order, AppError> {
     let db = &state.db;
+    let sold_out_flag = product.id.to_string();
     let entered = tokio::select! {
         entered = enter(state, product) => entered,
         _ = &mut client_gone => {
             fail(db, id, "client_gone").await;
             return Err(AppError::Unavailable(anyhow!("client disconnected while queued")));
+        }
+        // Sold out while we queued: leave the queue now instead of reading a 0 under the lock.
+        _ = state.sold_out.raised(&sold_out_flag) => {
+            let mut conn = db.acquire().await?;
+            set_status(&mut conn, id, "sold_out", None, None).await?;
+            return Err(AppError::SoldOut { order_id: Some(id) });
         }
     };
     let (lock, protection) = match entered {
@@ -246,12 +253,12 @@ async fn reserve(
 /// Raises the sold-out flag, then re-reads the stock: a return that committed and cleared
 /// the flag just before we raised it must not leave the product flagged with stock on sale.
 async fn flag_sold_out(state: &AppState, product_id: i64) {
-    state.sold_out.flag(product_id).await;
+    state.sold_out.raise(&product_id.to_string()).await;
     match inventory::get(&state.db, product_id).await {
-        Ok(Some(p)) if p.stock > 0 => state.sold_out.clear(product_id).await,
+        Ok(Some(p)) if p.stock > 0 => state.sold_out.lower(&product_id.to_string()).await,
         Ok(_) => {}
         // Unsure: the flag is only an optimisation, the guarded path stays correct.
-        Err(_) => state.sold_out.clear(product_id).await,
+        Err(_) => state.sold_out.lower(&product_id.to_string()).await,
     }
 }
 
@@ -365,7 +372,7 @@ async fn release(state: &AppState, order: &Order, from: &str, to: &str) -> anyho
         .await?;
     tx.commit().await?;
     drop(lock);
-    state.sold_out.clear(product.id).await;
+    state.sold_out.lower(&product.id.to_string()).await;
     Ok(true)
 }
 

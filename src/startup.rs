@@ -13,11 +13,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::Config;
+use crate::flags::Flags;
 use crate::http::{self, AppState};
 use crate::inventory;
 use crate::lock::Zk;
 use crate::payment::Provider;
-use crate::soldout::SoldOut;
 use crate::{idempotency, orders};
 
 pub struct Application {
@@ -71,7 +71,8 @@ impl Application {
             config.max_waiters_per_product,
         )
         .await?;
-        let sold_out = SoldOut::start(zk.clone(), &config.zk_root).await?;
+        let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout").await?;
+        let demo = Flags::start(zk.clone(), &config.zk_root, "demo").await?;
         let payment = Provider {
             latency: Duration::from_millis(config.payment_latency_ms),
             failure_rate: config.payment_failure_rate,
@@ -81,6 +82,7 @@ impl Application {
             zk,
             payment,
             sold_out,
+            demo,
             config: Arc::new(config),
         };
         Ok(Application { listener, state })

@@ -20,9 +20,9 @@ use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::error::AppError;
+use crate::flags::Flags;
 use crate::lock::Zk;
 use crate::payment::Provider;
-use crate::soldout::SoldOut;
 
 /// Largest request body any route accepts.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -33,7 +33,10 @@ pub struct AppState {
     pub db: PgPool,
     pub zk: Zk,
     pub payment: Provider,
-    pub sold_out: SoldOut,
+    /// Products sold out, by id.
+    pub sold_out: Flags,
+    /// Armed teaching-page demos, `{product}-{mode}`.
+    pub demo: Flags,
     pub config: Arc<Config>,
 }
 

@@ -21,7 +21,7 @@ pub fn router() -> Router<AppState> {
 }
 
 fn with_flag(state: &AppState, mut product: Product) -> Product {
-    product.sold_out = state.sold_out.is_flagged(product.id);
+    product.sold_out = state.sold_out.is_raised(&product.id.to_string());
     product
 }
 
@@ -124,7 +124,7 @@ async fn restock(
         }
     }
     drop(lock);
-    state.sold_out.clear(product.id).await;
+    state.sold_out.lower(&product.id.to_string()).await;
     tracing::info!(product = product.id, quantity, "restocked");
     Ok(Json(find(&state, &id).await?))
 }

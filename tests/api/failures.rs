@@ -30,9 +30,10 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
     let stock = 5;
     let product = create_product(&urls[0], stock, "zk").await;
 
-    let sale = tokio::spawn({
-        let urls = urls.clone();
-        async move { flash_sale(&urls, product, 30).await }
+    // Instance-0 takes the lock first; the crowd then queues behind it on the others.
+    let doomed = tokio::spawn({
+        let base = urls[0].clone();
+        async move { place_order(&http(), &base, product, "doomed").await }
     });
     let watcher = env.zk_client().await;
     let victim = servers[0].instance.clone();
@@ -48,7 +49,21 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
         },
     )
     .await;
+    let sale = tokio::spawn({
+        let urls = urls[1..].to_vec();
+        async move { flash_sale(&urls, product, 30).await }
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "buyers queued behind instance-0",
+        || async { (env.lock_queue(&watcher, product).await.len() > 1).then_some(()) },
+    )
+    .await;
     servers[0].child.start_kill().expect("kill -9 instance-0");
+    assert!(
+        doomed.await.unwrap().is_err(),
+        "the killed instance answered nobody"
+    );
 
     let replies = tokio::time::timeout(Duration::from_secs(60), sale)
         .await

@@ -1,0 +1,191 @@
+//! Flags every instance shares through ZooKeeper, mirrored in memory so reading one costs
+//! nothing on the hot path:
+//!
+//! - **sold out** (`{root}/soldout/{product}`): once a product is sold out, every instance
+//!   answers 409 without taking the lock or writing to PostgreSQL — the flood after a flash
+//!   sale costs nothing. Only an optimisation: the stock under its guard stays the truth.
+//! - **demo** (`{root}/demo/{product}-{mode}`): a teaching-page hook armed by an admin and
+//!   consumed (deleted) by the one order that acts it out.
+//!
+//! A flag is a persistent node under the set's directory. Each instance mirrors the names,
+//! kept current by a persistent ZooKeeper watch on the directory (re-listed on every change
+//! and after every reconnect, since watch events can be lost while disconnected).
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use zookeeper_client as zk;
+
+use crate::lock::Zk;
+
+/// One directory of flags.
+#[derive(Clone)]
+pub struct Flags {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    zk: Zk,
+    dir: String,
+    /// This instance's mirror of the flags in ZooKeeper.
+    flagged: RwLock<HashSet<String>>,
+    /// Bumped on every change of the mirror, for waiters on a flag.
+    changes: watch::Sender<u64>,
+}
+
+impl Flags {
+    /// Creates `{root}/{name}`, loads its flags, and starts the watch that keeps them current.
+    pub async fn start(zk: Zk, root: &str, name: &str) -> anyhow::Result<Flags> {
+        let dir = format!("{root}/{name}");
+        let client = zk.client();
+        match client
+            .create(
+                &dir,
+                &[],
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+        {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {dir}")),
+        }
+        let flags = Flags {
+            inner: Arc::new(Inner {
+                zk,
+                dir,
+                flagged: RwLock::new(HashSet::new()),
+                changes: watch::channel(0).0,
+            }),
+        };
+        resync(&flags.inner, &client)
+            .await
+            .with_context(|| format!("reading the {name} flags"))?;
+        tokio::spawn(follow(Arc::downgrade(&flags.inner)));
+        Ok(flags)
+    }
+
+    pub fn is_raised(&self, flag: &str) -> bool {
+        self.inner
+            .flagged
+            .read()
+            .expect("flag set poisoned")
+            .contains(flag)
+    }
+
+    /// Resolves once this instance sees `flag` raised.
+    pub async fn raised(&self, flag: &str) {
+        let mut changes = self.inner.changes.subscribe();
+        while !self.is_raised(flag) {
+            if changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Raises the flag for every instance. Best effort: flags are hints; a lost one is logged.
+    pub async fn raise(&self, flag: &str) {
+        self.inner
+            .flagged
+            .write()
+            .expect("flag set poisoned")
+            .insert(flag.to_string());
+        self.inner.changes.send_modify(|n| *n += 1);
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match self
+            .inner
+            .zk
+            .client()
+            .create(&self.path(flag), &[], &persistent)
+            .await
+        {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => tracing::warn!(flag, error = %e, "could not raise a flag"),
+        }
+    }
+
+    /// Lowers the flag for every instance.
+    pub async fn lower(&self, flag: &str) {
+        self.take(flag).await;
+    }
+
+    /// Lowers the flag; true if this call is the one that removed it from ZooKeeper, so that
+    /// exactly one caller, on any instance, acts on a one-shot flag.
+    pub async fn take(&self, flag: &str) -> bool {
+        self.inner
+            .flagged
+            .write()
+            .expect("flag set poisoned")
+            .remove(flag);
+        self.inner.changes.send_modify(|n| *n += 1);
+        match self.inner.zk.client().delete(&self.path(flag), None).await {
+            Ok(()) => true,
+            Err(zk::Error::NoNode) => false,
+            Err(e) => {
+                tracing::warn!(flag, error = %e, "could not lower a flag");
+                false
+            }
+        }
+    }
+
+    fn path(&self, flag: &str) -> String {
+        format!("{}/{flag}", self.inner.dir)
+    }
+}
+
+async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
+    let children = client.list_children(&inner.dir).await?;
+    *inner.flagged.write().expect("flag set poisoned") = children.into_iter().collect();
+    inner.changes.send_modify(|n| *n += 1);
+    Ok(())
+}
+
+/// Follows the flags through the directory's persistent watch, across reconnects and new
+/// sessions, until the last handle is dropped.
+async fn follow(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(live) = inner.upgrade() else { return };
+        let client = live.zk.client();
+        let watched = async {
+            let watcher = client
+                .watch(&live.dir, zk::AddWatchMode::Persistent)
+                .await?;
+            resync(&live, &client).await?;
+            Ok::<_, zk::Error>(watcher)
+        };
+        let mut watcher = match watched.await {
+            Ok(watcher) => watcher,
+            Err(_) => {
+                drop(live);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let mut closing = live.zk.closing();
+        drop(live);
+        loop {
+            let event = tokio::select! {
+                event = watcher.changed() => event,
+                // Shutting down: drop our client so the session can close.
+                _ = closing.wait_for(|closing| *closing) => return,
+            };
+            let Some(live) = inner.upgrade() else { return };
+            match event.event_type {
+                zk::EventType::Session if event.session_state.is_terminated() => break,
+                zk::EventType::Session
+                    if event.session_state != zk::SessionState::SyncConnected =>
+                {
+                    continue
+                }
+                // A child came or went, or we reconnected (events may have been lost): re-list.
+                _ => {
+                    if let Err(e) = resync(&live, &client).await {
+                        tracing::debug!(error = %e, "sold-out resync failed; retrying on the next event");
+                    }
+                }
+            }
+        }
+    }
+}

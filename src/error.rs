@@ -20,6 +20,9 @@ pub enum AppError {
     /// 401: the admin bearer token is missing or wrong.
     #[error("a valid admin bearer token is required")]
     Unauthorized,
+    /// 403: demo hooks need a server started with --allow-unsafe-guards.
+    #[error("demo hooks are disabled: start the server with --allow-unsafe-guards")]
+    DemoDisabled,
     /// 403: the server runs without an admin token.
     #[error("admin endpoints are disabled: start the server with --admin-token")]
     AdminDisabled,
@@ -102,7 +105,7 @@ impl AppError {
             InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Unauthorized => StatusCode::UNAUTHORIZED,
             PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
-            AdminDisabled => StatusCode::FORBIDDEN,
+            AdminDisabled | DemoDisabled => StatusCode::FORBIDDEN,
             UnknownProduct(_) | OrderNotFound(_) | RouteNotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             SoldOut { .. }
@@ -129,6 +132,7 @@ impl AppError {
             InvalidRequest(_) => "invalid_request",
             Unauthorized => "unauthorized",
             AdminDisabled => "admin_disabled",
+            DemoDisabled => "demo_disabled",
             PaymentFailed { .. } => "payment_failed",
             UnknownProduct(_) => "unknown_product",
             OrderNotFound(_) => "order_not_found",

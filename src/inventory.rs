@@ -4,6 +4,7 @@
 //! The rules (what a valid product is, what a read-check-write decides, what the audit
 //! concludes) are plain functions; the SQL around them is at the bottom of each section.
 
+use std::future::Future;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -299,31 +300,39 @@ pub enum Outcome {
     Fenced,
 }
 
-/// Changes a product's stock under the given protection. `think` pauses between the read and
-/// the write of the read-check-write guards, widening the race window on purpose.
+// Every stock write also tells every instance (LISTEN, see `events`) that the product
+// changed, in the same statement: delivered on commit, never for a rolled-back write.
+const NOTIFY: &str =
+    "RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)";
+
+/// Changes a product's stock under the given protection. `pause` runs between the read and
+/// the write of the read-check-write guards: the source material's `sleep`, which widens the
+/// race window on purpose (and where the teaching page's zombie holder stalls).
 pub async fn change_stock(
     db: &PgPool,
     product_id: i64,
     change: Change,
     protection: Protection,
-    think: Duration,
+    pause: impl Future<Output = ()> + Send,
 ) -> Result<Outcome, sqlx::Error> {
     match protection {
         Protection::Atomic => {
             let mut tx = db.begin().await?;
             let sql = match change {
-                Change::Take(_) => {
-                    "UPDATE products SET stock = stock - $2, updated_at = now() WHERE id = $1 AND stock >= $2"
+                Change::Take(_) => format!(
+                    "UPDATE products SET stock = stock - $2, updated_at = now() WHERE id = $1 AND stock >= $2 {NOTIFY}"
+                ),
+                Change::Return(_) => {
+                    format!("UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1 {NOTIFY}")
                 }
-                Change::Return(_) => "UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1",
             };
             let (Change::Take(q) | Change::Return(q)) = change;
-            let done = sqlx::query(sql)
+            let done = sqlx::query(&sql)
                 .bind(product_id)
                 .bind(q)
-                .execute(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
-            if done.rows_affected() == 1 {
+            if done.is_some() {
                 return Ok(Outcome::Applied(tx));
             }
             let stock = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
@@ -343,9 +352,9 @@ pub async fn change_stock(
             if claim.rows_affected() == 0 {
                 return Ok(Outcome::Fenced);
             }
-            read_check_write(db, product_id, change, Some(token), think).await
+            read_check_write(db, product_id, change, Some(token), pause).await
         }
-        Protection::Unguarded => read_check_write(db, product_id, change, None, think).await,
+        Protection::Unguarded => read_check_write(db, product_id, change, None, pause).await,
     }
 }
 
@@ -354,7 +363,7 @@ async fn read_check_write(
     product_id: i64,
     change: Change,
     token: Option<i64>,
-    think: Duration,
+    pause: impl Future<Output = ()> + Send,
 ) -> Result<Outcome, sqlx::Error> {
     let mut tx = db.begin().await?;
     // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all for `none`.
@@ -368,24 +377,29 @@ async fn read_check_write(
     let Some(stock) = stock else {
         return Ok(Outcome::Fenced);
     };
-    if !think.is_zero() {
-        tokio::time::sleep(think).await;
-    }
+    pause.await;
     let Some(next) = next_stock(stock, change) else {
         return Ok(Outcome::Insufficient { tx, stock });
     };
-    let written = sqlx::query(
-        "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL)",
-    )
+    let written = sqlx::query(&format!(
+        "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL) {NOTIFY}"
+    ))
     .bind(product_id)
     .bind(token)
     .bind(next)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    if written.rows_affected() == 0 {
+    if written.is_none() {
         return Ok(Outcome::Fenced);
     }
     Ok(Outcome::Applied(tx))
+}
+
+/// The ordinary pause: sleep `think` (nothing when it is zero).
+pub async fn think(think: Duration) {
+    if !think.is_zero() {
+        tokio::time::sleep(think).await;
+    }
 }
 
 #[cfg(test)]

@@ -12,11 +12,13 @@
 //! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
 //! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
 //! - [`idempotency`]: `Idempotency-Key` replay for orders.
+//! - [`events`]: live stock, lock-queue and demo events for the teaching page.
 //! - [`payment`]: the simulated payment provider.
 //! - [`error`]: the one error type, and how it becomes an HTTP answer.
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod flags;
 pub mod http;
 pub mod idempotency;

@@ -52,12 +52,55 @@ pub enum Recipe {
     Herd,
 }
 
+/// Which ZooKeeper session a lock is taken in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Session {
+    /// The instance's one session (every order).
+    Shared,
+    /// A session of its own, ended with the lock (demos).
+    Own,
+}
+
 /// What acquisitions of one product's lock have cost on this instance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LockStats {
     pub acquisitions: u64,
     pub wakeups: u64,
 }
+
+/// One node in a lock's directory, as the teaching page draws it: a numbered ticket.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Ticket {
+    pub node: String,
+    /// The queue number (fair recipe).
+    pub seq: Option<u64>,
+    /// The instance that created it (the node's data).
+    pub owner: String,
+    /// The node this waiter watches: the one just before it (fair recipe).
+    pub watches: Option<String>,
+    /// czxid: the fencing token this ticket will carry when served.
+    pub token: i64,
+}
+
+/// A product's lock at one moment: who holds it and who waits, in order.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct QueueView {
+    pub product_id: i64,
+    pub recipe: &'static str,
+    pub path: String,
+    pub holder: Option<Ticket>,
+    /// In queue order (fair recipe; the herd has no queue, its waiters hold no node).
+    pub waiters: Vec<Ticket>,
+    /// Nodes in the directory; only the first [`QUEUE_VIEW_MAX`] are detailed.
+    pub nodes: usize,
+    /// Buyers of this instance waiting for or holding the lock.
+    pub waiting_here: usize,
+    /// What this instance's acquisitions have cost.
+    pub stats: LockStats,
+    pub instance: String,
+}
+
+pub const QUEUE_VIEW_MAX: usize = 50;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -187,10 +230,15 @@ impl Zk {
     ///
     /// Cancellation-safe: dropping the future (client gone, timeout) deletes our node, since a
     /// leftover node would stall everyone queued behind it until our session ended.
+    ///
+    /// With [`Session::Own`] the lock is taken in a session of its own, which ends when the
+    /// lock is dropped: the teaching page's demos use it to lose one lock the way a paused or
+    /// crashed holder would, without touching anyone else's.
     pub async fn lock_stock(
         &self,
         product_id: i64,
         recipe: Recipe,
+        session: Session,
         timeout: Duration,
     ) -> Result<StockLock, LockError> {
         let slots = {
@@ -201,7 +249,12 @@ impl Zk {
                 .clone()
         };
         let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
-        let client = self.client();
+        let client = match session {
+            Session::Shared => self.client(),
+            Session::Own => open_session(&self.inner.connect, self.inner.session_timeout)
+                .await
+                .map_err(|e| LockError::Unavailable(e.into()))?,
+        };
         let dir = self.lock_dir(recipe, product_id);
         let started = Instant::now();
         let acquire = async {
@@ -237,6 +290,75 @@ impl Zk {
             waited: started.elapsed(),
             wakeups,
             _slot: slot,
+        })
+    }
+
+    /// The product's lock as it stands: holder and waiters (read in one multi-read, so the
+    /// tickets are a consistent snapshot).
+    pub async fn queue(&self, product_id: i64, recipe: Recipe) -> Result<QueueView, zk::Error> {
+        let client = self.client();
+        let dir = self.lock_dir(recipe, product_id);
+        let mut names: Vec<(Option<u64>, String)> = match client.list_children(&dir).await {
+            Ok(children) => children.into_iter().map(|c| (sequence(&c), c)).collect(),
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        names.sort_unstable();
+        let nodes = names.len();
+        names.truncate(QUEUE_VIEW_MAX);
+        let mut tickets = Vec::new();
+        if !names.is_empty() {
+            let mut reader = client.new_multi_reader();
+            for (_, name) in &names {
+                reader.add_get_data(&format!("{dir}/{name}"))?;
+            }
+            let mut previous: Option<String> = None;
+            for ((seq, name), result) in names.into_iter().zip(reader.commit().await?) {
+                // A node that went between the listing and the read is simply not drawn.
+                let zk::MultiReadResult::Data { data, stat } = result else {
+                    continue;
+                };
+                let data = String::from_utf8_lossy(&data);
+                let owner = data
+                    .split_once('#')
+                    .map_or(&*data, |(owner, _)| owner)
+                    .to_string();
+                let watches = if recipe == Recipe::Fair {
+                    previous.clone()
+                } else {
+                    None
+                };
+                previous = Some(name.clone());
+                tickets.push(Ticket {
+                    node: name,
+                    seq,
+                    owner,
+                    watches,
+                    token: stat.czxid,
+                });
+            }
+        }
+        let mut tickets = tickets.into_iter();
+        let holder = tickets.next().map(|t| Ticket { watches: None, ..t });
+        let waiting_here = {
+            let waiters = self.inner.waiters.lock().expect("waiters poisoned");
+            waiters.get(&product_id).map_or(0, |slots| {
+                self.inner.max_waiters - slots.available_permits()
+            })
+        };
+        Ok(QueueView {
+            product_id,
+            recipe: match recipe {
+                Recipe::Fair => "fair",
+                Recipe::Herd => "herd",
+            },
+            path: dir,
+            holder,
+            waiters: tickets.collect(),
+            nodes,
+            waiting_here,
+            stats: self.stats(product_id),
+            instance: self.inner.instance.clone(),
         })
     }
 

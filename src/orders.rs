@@ -14,19 +14,23 @@
 //! Every stock change, in either direction, goes through [`enter`] (the product's guard) and
 //! [`inventory::change_stock`], and moves the order in the same transaction as the stock.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::AppError;
+use crate::events;
 use crate::http::AppState;
 use crate::inventory::{self, Change, Guard, Outcome, Product, Protection};
-use crate::lock::{LockError, Recipe, StockLock};
+use crate::lock::{LockError, Recipe, Session, StockLock};
 use crate::payment::Charge;
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.
@@ -153,6 +157,7 @@ pub async fn place(
 pub async fn enter(
     state: &AppState,
     product: &Product,
+    session: Session,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
     let recipe = match product.guard {
         Guard::Zk => Recipe::Fair,
@@ -162,7 +167,7 @@ pub async fn enter(
     };
     let lock = state
         .zk
-        .lock_stock(product.id, recipe, state.config.lock_timeout())
+        .lock_stock(product.id, recipe, session, state.config.lock_timeout())
         .await?;
     let protection = Protection::Fenced(lock.token);
     Ok((Some(lock), protection))
@@ -180,9 +185,15 @@ async fn reserve(
     mut client_gone: oneshot::Receiver<()>,
 ) -> Result<Order, AppError> {
     let db = &state.db;
+    let demo = armed_demo(state, product).await;
+    let session = if demo.is_some() {
+        Session::Own
+    } else {
+        Session::Shared
+    };
     let sold_out_flag = product.id.to_string();
     let entered = tokio::select! {
-        entered = enter(state, product) => entered,
+        entered = enter(state, product, session) => entered,
         _ = &mut client_gone => {
             fail(db, id, "client_gone").await;
             return Err(AppError::Unavailable(anyhow!("client disconnected while queued")));
@@ -198,16 +209,39 @@ async fn reserve(
         Ok(entered) => entered,
         Err(e) => return Err(lock_failed(db, id, e).await),
     };
+    let mut lock = lock;
     let fence = lock.as_ref().map(|l| l.token);
     let waited = lock.as_ref().map(|l| millis(l.waited));
-    let outcome = inventory::change_stock(
-        db,
-        product.id,
-        Change::Take(quantity),
-        protection,
-        state.config.stock_think(),
-    )
-    .await;
+    // Between reading and writing the stock: the usual think, or a demo's misfortune.
+    let pause: Pin<Box<dyn Future<Output = ()> + Send>> = match (demo, fence) {
+        (Some(Demo::Crash), Some(token)) => {
+            drop(lock.take()); // its session ends with it: the node vanishes, as in a crash
+            fail(db, id, "crashed").await;
+            events::notify_demo(db, json!({ "kind": "crash", "product_id": product.id, "order_id": id, "token": token })).await;
+            return Err(AppError::LockLost { order_id: id });
+        }
+        (Some(Demo::Zombie), Some(token)) => Box::pin(stall_until_superseded(
+            db.clone(),
+            product.id,
+            token,
+            lock.take(),
+        )),
+        _ => Box::pin(inventory::think(state.config.stock_think())),
+    };
+    let outcome =
+        inventory::change_stock(db, product.id, Change::Take(quantity), protection, pause).await;
+    if let (Some(Demo::Zombie), Some(token), Ok(Outcome::Fenced)) = (demo, fence, &outcome) {
+        let current: Option<i64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
+            .bind(product.id)
+            .fetch_optional(db)
+            .await
+            .unwrap_or_default();
+        let demo = json!({
+            "kind": "zombie", "product_id": product.id, "order_id": id,
+            "stale_token": token, "current_token": current, "write": "rejected",
+        });
+        events::notify_demo(db, demo).await;
+    }
     let result = match outcome {
         Ok(Outcome::Applied(mut tx)) => {
             if !hold_units(&mut tx, product, user_id, quantity).await? {
@@ -248,6 +282,61 @@ async fn reserve(
     };
     drop(lock);
     result
+}
+
+/// The teaching page's demos of a lock holder's misfortunes (admin-armed, one-shot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Demo {
+    /// The next holder stalls between reading and writing the stock until its session has
+    /// ended and a newer holder has claimed the row; then it writes anyway, and the fence
+    /// refuses it.
+    Zombie,
+    /// The next holder's session ends as soon as it holds the lock: its node vanishes and
+    /// the queue moves on, with no write at all.
+    Crash,
+}
+
+impl Demo {
+    pub fn flag(self, product_id: i64) -> String {
+        match self {
+            Demo::Zombie => format!("{product_id}-zombie"),
+            Demo::Crash => format!("{product_id}-crash"),
+        }
+    }
+}
+
+/// The demo this order acts out, if one is armed for the product and this order is the one
+/// that took the flag (exactly one order, across instances, gets it).
+async fn armed_demo(state: &AppState, product: &Product) -> Option<Demo> {
+    if !state.config.allow_unsafe_guards || !matches!(product.guard, Guard::Zk | Guard::ZkHerd) {
+        return None;
+    }
+    for demo in [Demo::Zombie, Demo::Crash] {
+        let flag = demo.flag(product.id);
+        if state.demo.is_raised(&flag) && state.demo.take(&flag).await {
+            return Some(demo);
+        }
+    }
+    None
+}
+
+/// The zombie's stall: its lock (in a session of its own) goes, as a session does when a
+/// long pause outlasts it; then it waits, at most 15 s, for a newer holder to claim the row.
+async fn stall_until_superseded(db: PgPool, product_id: i64, token: i64, lock: Option<StockLock>) {
+    drop(lock);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < deadline {
+        let fence: Option<i64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
+            .bind(product_id)
+            .fetch_optional(&db)
+            .await
+            .unwrap_or_default();
+        if fence.is_some_and(|f| f > token) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Raises the sold-out flag, then re-reads the stock: a return that committed and cleared
@@ -337,13 +426,13 @@ async fn release(state: &AppState, order: &Order, from: &str, to: &str) -> anyho
     let product = inventory::get(&state.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
-    let (lock, protection) = enter(state, &product).await?;
+    let (lock, protection) = enter(state, &product, Session::Shared).await?;
     let outcome = inventory::change_stock(
         &state.db,
         product.id,
         Change::Return(order.quantity),
         protection,
-        state.config.stock_think(),
+        inventory::think(state.config.stock_think()),
     )
     .await?;
     let mut tx = match outcome {

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::Config;
+use crate::events::Events;
 use crate::flags::Flags;
 use crate::http::{self, AppState};
 use crate::inventory;
@@ -73,6 +74,9 @@ impl Application {
         .await?;
         let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout").await?;
         let demo = Flags::start(zk.clone(), &config.zk_root, "demo").await?;
+        let events = Events::start(db.clone(), zk.clone(), sold_out.clone())
+            .await
+            .context("listening for stock events")?;
         let payment = Provider {
             latency: Duration::from_millis(config.payment_latency_ms),
             failure_rate: config.payment_failure_rate,
@@ -83,6 +87,7 @@ impl Application {
             payment,
             sold_out,
             demo,
+            events,
             config: Arc::new(config),
         };
         Ok(Application { listener, state })
@@ -112,10 +117,13 @@ impl Application {
         let db = state.db.clone();
         let grace = Duration::from_millis(state.config.shutdown_grace_ms);
         let sweeper = tokio::spawn(sweep(state.clone()));
+        let events = state.events.clone();
 
         let (stopping, stopped) = oneshot::channel::<()>();
         let signal = async move {
             shutdown.await;
+            // Event streams never end on their own; end them so the server can drain.
+            events.stop();
             let _ = stopping.send(());
         };
         let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(signal);

@@ -1,6 +1,7 @@
 //! The HTTP edge: shared state, the one route table, and the pieces every route shares
 //! (JSON extraction with our error shape, the body-size cap, admin auth, 404/405 fallbacks).
 
+mod events;
 mod health;
 mod orders;
 mod products;
@@ -20,6 +21,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::error::AppError;
+use crate::events::Events;
 use crate::flags::Flags;
 use crate::lock::Zk;
 use crate::payment::Provider;
@@ -37,6 +39,8 @@ pub struct AppState {
     pub sold_out: Flags,
     /// Armed teaching-page demos, `{product}-{mode}`.
     pub demo: Flags,
+    /// Live updates for the teaching page.
+    pub events: Events,
     pub config: Arc<Config>,
 }
 
@@ -50,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(orders::router())
         .merge(products::router())
         .merge(health::router())
+        .merge(events::router())
         .fallback_service(static_files)
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -28,6 +28,8 @@ async fn create(
     Json(new): Json<NewOrder>,
 ) -> Result<Response, AppError> {
     let key = idempotency::key(&headers)?;
+    // Before the key is stored: a request that can never be valid is not worth remembering.
+    new.validate().map_err(AppError::InvalidRequest)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
     let task = tokio::spawn(async move { idempotency::place(&state, key, new, client_gone).await });
     let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;

@@ -8,9 +8,9 @@ use serde::Deserialize;
 
 use super::{parse_id, require_admin, AppState, Json};
 use crate::error::AppError;
-use crate::inventory::{self, Audit, Change, NewProduct, Outcome, Product};
-use crate::lock::LockError;
-use crate::orders;
+use crate::inventory::{self, Audit, Change, Guard, NewProduct, Outcome, Product};
+use crate::lock::{LockError, QueueView, Recipe, Session};
+use crate::orders::{self, Demo};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -18,6 +18,8 @@ pub fn router() -> Router<AppState> {
         .route("/api/products/{id}", get(show))
         .route("/api/products/{id}/audit", get(audit))
         .route("/api/products/{id}/restock", post(restock))
+        .route("/api/products/{id}/lock", get(lock))
+        .route("/api/products/{id}/demo", post(demo))
 }
 
 fn with_flag(state: &AppState, mut product: Product) -> Product {
@@ -95,16 +97,18 @@ async fn restock(
     }
     let product = find(&state, &id).await?;
     let quantity = restock.quantity as i32;
-    let (lock, protection) = orders::enter(&state, &product).await.map_err(|e| match e {
-        LockError::TooBusy => AppError::TooBusy,
-        e => AppError::Unavailable(e.into()),
-    })?;
+    let (lock, protection) = orders::enter(&state, &product, Session::Shared)
+        .await
+        .map_err(|e| match e {
+            LockError::TooBusy => AppError::TooBusy,
+            e => AppError::Unavailable(e.into()),
+        })?;
     let outcome = inventory::change_stock(
         &state.db,
         product.id,
         Change::Return(quantity),
         protection,
-        state.config.stock_think(),
+        inventory::think(state.config.stock_think()),
     )
     .await?;
     match outcome {
@@ -127,4 +131,58 @@ async fn restock(
     state.sold_out.lower(&product.id.to_string()).await;
     tracing::info!(product = product.id, quantity, "restocked");
     Ok(Json(find(&state, &id).await?))
+}
+
+/// The product's ZooKeeper lock right now: holder, waiters in order (each with the node it
+/// watches and its owner), and what acquisitions cost this instance.
+async fn lock(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<QueueView>, AppError> {
+    let product = find(&state, &id).await?;
+    let recipe = match product.guard {
+        Guard::Zk => Recipe::Fair,
+        Guard::ZkHerd => Recipe::Herd,
+        other => {
+            return Err(AppError::invalid(format!(
+                "product {} uses the {} guard, which takes no lock",
+                product.id,
+                other.as_str()
+            )))
+        }
+    };
+    let view = state
+        .zk
+        .queue(product.id, recipe)
+        .await
+        .map_err(|e| AppError::Unavailable(e.into()))?;
+    Ok(Json(view))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArmDemo {
+    mode: Demo,
+}
+
+/// Arms a one-shot demo for the product's next lock holder, on whichever instance it runs.
+async fn demo(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(arm): Json<ArmDemo>,
+) -> Result<(StatusCode, Json<serde_json::Value>), AppError> {
+    require_admin(&state.config, &headers)?;
+    if !state.config.allow_unsafe_guards {
+        return Err(AppError::DemoDisabled);
+    }
+    let product = find(&state, &id).await?;
+    if !matches!(product.guard, Guard::Zk | Guard::ZkHerd) {
+        return Err(AppError::invalid(
+            "demos need a product guarded by a ZooKeeper lock (zk or zk-herd)",
+        ));
+    }
+    state.demo.raise(&arm.mode.flag(product.id)).await;
+    let body = serde_json::json!({ "product_id": product.id, "armed": arm.mode });
+    Ok((StatusCode::ACCEPTED, Json(body)))
 }

@@ -11,6 +11,7 @@ struct Case {
     path: String,
     content_type: Option<&'static str>,
     auth: Option<&'static str>,
+    idempotency_key: Option<&'static str>,
     body: String,
     status: StatusCode,
     code: &'static str,
@@ -28,6 +29,7 @@ fn case(
         path: path.into(),
         content_type: Some("application/json"),
         auth: None,
+        idempotency_key: None,
         body: body.into(),
         status: StatusCode::BAD_REQUEST,
         code: "invalid_request",
@@ -41,6 +43,10 @@ impl Case {
     }
     fn content_type(mut self, ct: Option<&'static str>) -> Case {
         self.content_type = ct;
+        self
+    }
+    fn key(mut self, key: &'static str) -> Case {
+        self.idempotency_key = Some(key);
         self
     }
     fn auth(mut self, token: &'static str) -> Case {
@@ -136,6 +142,21 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             "/orders",
             order(json!({ "user_id": "u".repeat(65) })),
         ),
+        // Found by the property test: a NUL must be refused before the key is stored.
+        case(
+            "NUL in user_id, with an Idempotency-Key",
+            post.clone(),
+            "/orders",
+            order(json!({ "user_id": "\u{0}" })),
+        )
+        .key("k-nul"),
+        case(
+            "Idempotency-Key with a space",
+            post.clone(),
+            "/orders",
+            order(json!({})),
+        )
+        .key("has space"),
         case(
             "unknown product",
             post.clone(),
@@ -232,6 +253,9 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
         }
         if let Some(token) = c.auth {
             request = request.bearer_auth(token);
+        }
+        if let Some(key) = c.idempotency_key {
+            request = request.header("idempotency-key", key);
         }
         let reply = send(request).await.unwrap();
         assert_eq!(reply.status, c.status, "{}: {reply:?}", c.name);

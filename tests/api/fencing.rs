@@ -122,7 +122,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
                 product,
                 Change::Take(1),
                 Protection::Fenced(10),
-                Duration::from_millis(1500),
+                tokio::time::sleep(Duration::from_millis(1500)),
             )
             .await
         }
@@ -141,7 +141,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
         product,
         Change::Take(1),
         Protection::Fenced(20),
-        Duration::ZERO,
+        async {},
     )
     .await
     {
@@ -159,7 +159,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
         product,
         Change::Take(1),
         Protection::Fenced(15),
-        Duration::ZERO,
+        async {},
     )
     .await;
     assert!(matches!(late, Ok(Outcome::Fenced)));

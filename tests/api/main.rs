@@ -11,3 +11,4 @@ mod helpers;
 mod interop;
 mod products;
 mod rules;
+mod teaching;

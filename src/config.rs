@@ -92,8 +92,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAYMENT_FAILURE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub payment_failure_rate: f64,
 
-    /// Put two demo products on sale if there are none yet: the same keyboard guarded by the
-    /// ZooKeeper lock, and (with --allow-unsafe-guards) unguarded, to compare.
+    /// Put demo products on sale if there are none yet: a keyboard guarded by the ZooKeeper
+    /// lock, and (with --allow-unsafe-guards) the same unguarded and under the naive herd
+    /// lock, to compare; without it, under pg-atomic.
     #[arg(long, env = "SECKILL_SEED_DEMO", default_value_t = false)]
     pub seed_demo: bool,
 

@@ -209,7 +209,9 @@ pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sql
     if empty {
         let mut demo = vec![("Mechanical keyboard (zk guard)", Guard::Zk)];
         if allow_unsafe_guards {
+            // The teaching set: the same sale unguarded, and under the naive herd lock.
             demo.push(("Mechanical keyboard (no lock: oversells)", Guard::None));
+            demo.push(("Mechanical keyboard (zk-herd: naive lock)", Guard::ZkHerd));
         } else {
             demo.push(("Mechanical keyboard (pg-atomic guard)", Guard::PgAtomic));
         }

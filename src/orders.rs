@@ -230,15 +230,22 @@ async fn reserve(
     };
     let outcome =
         inventory::change_stock(db, product.id, Change::Take(quantity), protection, pause).await;
-    if let (Some(Demo::Zombie), Some(token), Ok(Outcome::Fenced)) = (demo, fence, &outcome) {
+    if let (Some(Demo::Zombie), Some(token), Ok(outcome)) = (demo, fence, &outcome) {
         let current: Option<i64> = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
             .bind(product.id)
             .fetch_optional(db)
             .await
             .unwrap_or_default();
+        // Nobody took over within the stall: the zombie's token was still the newest, so its
+        // write was (rightly) accepted. Said so, rather than leaving the page waiting.
+        let write = if matches!(outcome, Outcome::Fenced) {
+            "rejected"
+        } else {
+            "accepted"
+        };
         let demo = json!({
             "kind": "zombie", "product_id": product.id, "order_id": id,
-            "stale_token": token, "current_token": current, "write": "rejected",
+            "stale_token": token, "current_token": current, "write": write,
         });
         events::notify_demo(db, demo).await;
     }

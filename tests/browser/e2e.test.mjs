@@ -1,0 +1,190 @@
+// End-to-end tests of the teaching page in headless Debian Chromium, against two real
+// seckill instances (and the real PostgreSQL and ZooKeeper behind them).
+//
+// Run by scripts/test, which provides:
+//   SECKILL_BIN      the server binary
+//   E2E_DATABASE_URL a fresh database for this run
+//   SECKILL_ZK       ZooKeeper connect string
+// Screenshots go to tests/browser/screenshots/ (git-ignored).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const shots = join(here, 'screenshots');
+const ADMIN = 'e2e-admin-token';
+const servers = [];
+let browser;
+let consoleErrors = [];
+
+function need(name) {
+  const value = process.env[name];
+  assert.ok(value, `${name} must be set (run scripts/test)`);
+  return value;
+}
+
+// Starts one instance on a free loopback port; resolves with its base URL.
+function startServer(instance) {
+  const child = spawn(
+    need('SECKILL_BIN'),
+    [
+      '--listen', '127.0.0.1:0',
+      '--database-url', need('E2E_DATABASE_URL'),
+      '--zk', need('SECKILL_ZK'),
+      '--zk-root', `/seckill-e2e/${process.pid}`,
+      '--admin-token', ADMIN,
+      '--allow-unsafe-guards',
+      // The source material's sleep: a browser sends only ~6 requests at a time, and the
+      // race (and the queue) must still show.
+      '--stock-think-ms', '20',
+      '--static-dir', join(here, '..', '..', 'static'),
+      '--instance', instance,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, RUST_LOG: 'warn' } },
+  );
+  servers.push(child);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${instance} did not start in 30 s`)), 30_000);
+    child.on('exit', (code) => reject(new Error(`${instance} exited with ${code}`)));
+    createInterface({ input: child.stdout }).once('line', (line) => {
+      clearTimeout(timer);
+      resolve(line.replace('seckill listening on ', '').trim());
+    });
+  });
+}
+
+async function createProduct(base, stock, guard) {
+  const res = await fetch(`${base}/api/products`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ADMIN}` },
+    body: JSON.stringify({ name: `e2e ${guard}`, price_cents: 999, stock, guard }),
+  });
+  assert.equal(res.status, 201);
+  return (await res.json()).id;
+}
+
+async function openPage(base, viewport = { width: 1280, height: 900 }) {
+  const page = await browser.newPage({ viewport });
+  // Chromium logs every non-2xx fetch as "Failed to load resource"; a 409 sold_out is an
+  // answer, not an error. Anything else logged as an error counts.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/^Failed to load resource: the server responded with a status of (409|429|503)/.test(m.text())) {
+      consoleErrors.push(m.text());
+    }
+  });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  await page.goto(base);
+  await page.locator('#live-text', { hasText: 'live' }).waitFor({ timeout: 10_000 });
+  return page;
+}
+
+let a;
+let b;
+
+before(async () => {
+  mkdirSync(shots, { recursive: true });
+  [a, b] = await Promise.all([startServer('e2e-a'), startServer('e2e-b')]);
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  for (const child of servers) child.kill('SIGTERM');
+});
+
+test('the page loads, lists products live and buys one', async () => {
+  const id = await createProduct(a, 5, 'zk');
+  const page = await openPage(a);
+  await page.locator(`.product[data-product="${id}"]`).waitFor();
+  await page.selectOption('#buy-product', String(id));
+  await page.fill('#buy-user', 'e2e-alice');
+  await page.click('#buy button[type=submit]');
+  await page.locator('#buy-result [data-status="paid"]').waitFor({ timeout: 10_000 });
+  assert.match(await page.textContent('#buy-result'), /fencing token \d+/);
+  // The card updates from the event stream: 4 left.
+  await page.locator(`.product[data-product="${id}"] [data-k="stock"]`, { hasText: '4' }).waitFor({ timeout: 10_000 });
+  await page.screenshot({ path: join(shots, 'shop.png'), fullPage: true });
+  await page.close();
+});
+
+test('the simulator sells a zk product exactly and shows a none product overselling, with the queue live', async () => {
+  const zk = await createProduct(a, 20, 'zk');
+  const none = await createProduct(a, 20, 'none');
+  const page = await openPage(a);
+  await page.locator(`.product[data-product="${none}"]`).waitFor();
+  await page.selectOption('#lane-a .lane-product', String(zk));
+  await page.selectOption('#lane-b .lane-product', String(none));
+  await page.selectOption('#queue-product', String(zk));
+  await page.fill('#sim-buyers', '120');
+
+  // Buyers through the second instance too: one queue across instances.
+  const elsewhere = Promise.all(
+    Array.from({ length: 20 }, (_, i) =>
+      fetch(`${b}/orders`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ product_id: zk, user_id: `elsewhere-${i}` }),
+      }),
+    ),
+  );
+  await page.click('#sim-run');
+  await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
+  await page.screenshot({ path: join(shots, 'queue-during-sale.png'), fullPage: true });
+  await elsewhere;
+
+  await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#lane-b[data-state="done"]').waitFor({ timeout: 60_000 });
+  assert.match(await page.textContent('#lane-a .verdict'), /20 sold of 20 — 0 oversold, consistent/);
+  assert.match(await page.textContent('#lane-b .verdict'), /OVERSOLD/);
+  assert.ok(Number(await page.getAttribute('#lane-b', 'data-oversold')) > 0);
+  assert.equal(await page.getAttribute('#lane-a', 'data-oversold'), '0');
+  await page.locator(`.product[data-product="${none}"] .oversold`).waitFor();
+  await page.screenshot({ path: join(shots, 'simulator.png'), fullPage: true });
+  await page.close();
+});
+
+test('the zombie demo shows the fence rejecting the stale write', async () => {
+  const zk = await createProduct(a, 20, 'zk');
+  const page = await openPage(a);
+  await page.locator(`.product[data-product="${zk}"]`).waitFor();
+  await page.click('summary');
+  await page.fill('#admin-token', ADMIN);
+  await page.selectOption('#demo-product', String(zk));
+  await page.click('#demo-zombie');
+  await page.locator('#demo-result.ok').waitFor();
+  await page.selectOption('#lane-a .lane-product', String(zk));
+  await page.selectOption('#lane-b .lane-product', String(zk)); // same product: runs once
+  // Enough buyers that someone is queued behind the zombie to take over.
+  await page.fill('#sim-buyers', '20');
+  await page.click('#sim-run');
+  await page.locator('#log li', { hasText: 'rejected by the fence' }).waitFor({ timeout: 30_000 });
+  await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
+  assert.match(await page.textContent('#lane-a .verdict'), /0 oversold, consistent/);
+  await page.screenshot({ path: join(shots, 'zombie.png'), fullPage: true });
+  await page.close();
+});
+
+test('the page fits a phone screen', async () => {
+  const page = await openPage(a, { width: 390, height: 844 });
+  const wide = await page.evaluate(() =>
+    [...document.querySelectorAll('body *')]
+      .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 1)
+      .map((el) => `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className}`)
+      .slice(0, 5),
+  );
+  assert.deepEqual(wide, [], 'elements wider than the screen');
+  await page.screenshot({ path: join(shots, 'phone.png'), fullPage: true });
+  await page.close();
+});
+
+test('no console errors on any page', () => {
+  assert.deepEqual(consoleErrors, []);
+});

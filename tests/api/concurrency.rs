@@ -7,14 +7,6 @@ use crate::helpers::*;
 const STOCK: i64 = 50;
 const BUYERS: usize = 300;
 
-async fn three_instances(env: &TestEnv, extra: &[&str]) -> Vec<ServerProcess> {
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        servers.push(env.spawn_process(&format!("instance-{i}"), extra).await);
-    }
-    servers
-}
-
 fn count(replies: &[anyhow::Result<Reply>], status: StatusCode) -> usize {
     replies
         .iter()
@@ -25,8 +17,7 @@ fn count(replies: &[anyhow::Result<Reply>], status: StatusCode) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
     let env = TestEnv::new().await;
-    let servers = three_instances(&env, &["--lock-timeout-ms", "30000"]).await;
-    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let (_servers, urls) = three_instances(&env, &["--lock-timeout-ms", "30000"]).await;
     let product = create_product(&urls[0], STOCK, "zk").await;
 
     let replies = flash_sale(&urls, product, BUYERS).await;
@@ -64,8 +55,8 @@ async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
 #[tokio::test(flavor = "multi_thread")]
 async fn none_guard_oversells_under_the_same_load() {
     let env = TestEnv::new().await;
-    let servers = three_instances(&env, &["--allow-unsafe-guards", "--stock-think-ms", "5"]).await;
-    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let (_servers, urls) =
+        three_instances(&env, &["--allow-unsafe-guards", "--stock-think-ms", "5"]).await;
     let product = create_product(&urls[0], STOCK, "none").await;
 
     let replies = flash_sale(&urls, product, BUYERS).await;
@@ -84,8 +75,7 @@ async fn none_guard_oversells_under_the_same_load() {
 #[tokio::test(flavor = "multi_thread")]
 async fn pg_atomic_guard_sells_exactly_the_stock() {
     let env = TestEnv::new().await;
-    let servers = three_instances(&env, &[]).await;
-    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let (_servers, urls) = three_instances(&env, &[]).await;
     let product = create_product(&urls[0], STOCK, "pg-atomic").await;
 
     let replies = flash_sale(&urls, product, BUYERS).await;

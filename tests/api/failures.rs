@@ -22,19 +22,12 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
         "--lock-timeout-ms",
         "30000",
     ];
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        servers.push(env.spawn_process(&format!("instance-{i}"), &flags).await);
-    }
-    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let (mut servers, urls) = three_instances(&env, &flags).await;
     let stock = 5;
     let product = create_product(&urls[0], stock, "zk").await;
 
     // Instance-0 takes the lock first; the crowd then queues behind it on the others.
-    let doomed = tokio::spawn({
-        let base = urls[0].clone();
-        async move { place_order(&http(), &base, product, "doomed").await }
-    });
+    let doomed = spawn_order(&urls[0], product, "doomed");
     let watcher = env.zk_client().await;
     let victim = servers[0].instance.clone();
     wait_until(
@@ -107,14 +100,9 @@ async fn a_waiter_that_times_out_leaves_no_node_and_the_queue_moves_on() {
     let product = create_product(&holder.base_url, 5, "zk").await;
     let watcher = env.zk_client().await;
 
-    let held = tokio::spawn({
-        let base = holder.base_url.clone();
-        async move { place_order(&http(), &base, product, "first").await }
-    });
-    wait_until(Duration::from_secs(10), "the holder's node", || async {
-        (env.lock_queue(&watcher, product).await.len() == 1).then_some(())
-    })
-    .await;
+    let held = spawn_order(&holder.base_url, product, "first");
+    env.wait_for_queue(&watcher, product, 1, "the holder's node")
+        .await;
 
     let timed_out = place_order(&http(), &impatient.base_url, product, "second")
         .await
@@ -205,14 +193,9 @@ async fn a_buyer_who_hangs_up_while_queued_leaves_the_queue() {
     let product = create_product(&holder.base_url, 5, "zk").await;
     let watcher = env.zk_client().await;
 
-    let held = tokio::spawn({
-        let base = holder.base_url.clone();
-        async move { place_order(&http(), &base, product, "first").await }
-    });
-    wait_until(Duration::from_secs(10), "the holder's node", || async {
-        (env.lock_queue(&watcher, product).await.len() == 1).then_some(())
-    })
-    .await;
+    let held = spawn_order(&holder.base_url, product, "first");
+    env.wait_for_queue(&watcher, product, 1, "the holder's node")
+        .await;
 
     // A client that gives up after 300 ms: it hangs up while its order waits in the queue.
     let impatient = reqwest::Client::builder()

@@ -173,6 +173,14 @@ impl TestEnv {
         queue
     }
 
+    /// Waits until the product's fair lock queue holds exactly `len` nodes.
+    pub async fn wait_for_queue(&self, zk: &zk::Client, product_id: i64, len: usize, what: &str) {
+        wait_until(Duration::from_secs(10), what, || async {
+            (self.lock_queue(zk, product_id).await.len() == len).then_some(())
+        })
+        .await
+    }
+
     /// Order counts by status, straight from the table.
     pub async fn order_counts(&self, product_id: i64) -> HashMap<String, i64> {
         sqlx::query_as::<_, (String, i64)>(
@@ -295,6 +303,26 @@ pub async fn place_order(
         "product_id": product_id, "user_id": user, "quantity": 1
     })))
     .await
+}
+
+/// Places an order in the background (it may wait in a lock queue).
+pub fn spawn_order(
+    base_url: &str,
+    product_id: i64,
+    user: &str,
+) -> tokio::task::JoinHandle<anyhow::Result<Reply>> {
+    let (base, user) = (base_url.to_string(), user.to_string());
+    tokio::spawn(async move { place_order(&http(), &base, product_id, &user).await })
+}
+
+/// Three `seckill` processes, `instance-0..2`, with the same flags.
+pub async fn three_instances(env: &TestEnv, extra: &[&str]) -> (Vec<ServerProcess>, Vec<String>) {
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        servers.push(env.spawn_process(&format!("instance-{i}"), extra).await);
+    }
+    let urls = servers.iter().map(|s| s.base_url.clone()).collect();
+    (servers, urls)
 }
 
 pub async fn audit(base_url: &str, product_id: i64) -> Value {

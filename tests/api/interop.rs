@@ -67,10 +67,7 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
         .expect("curator answers");
     assert_eq!(line.unwrap().as_deref(), Some("acquired"));
 
-    let order = tokio::spawn({
-        let base = app.base_url.clone();
-        async move { place_order(&http(), &base, product, "behind-curator").await }
-    });
+    let order = spawn_order(&app.base_url, product, "behind-curator");
     let watcher = env.zk_client().await;
     wait_until(
         Duration::from_secs(10),
@@ -109,17 +106,10 @@ async fn our_holder_blocks_curator() {
         .await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
-    let order = tokio::spawn({
-        let base = app.base_url.clone();
-        async move { place_order(&http(), &base, product, "holder").await }
-    });
+    let order = spawn_order(&app.base_url, product, "holder");
     let watcher = env.zk_client().await;
-    wait_until(
-        Duration::from_secs(10),
-        "our order to hold the lock",
-        || async { (env.lock_queue(&watcher, product).await.len() == 1).then_some(()) },
-    )
-    .await;
+    env.wait_for_queue(&watcher, product, 1, "our order to hold the lock")
+        .await;
 
     let attempt = curator(&env, product, &["try", "300"])
         .output()

@@ -10,15 +10,6 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-async fn three_instances(env: &TestEnv, extra: &[&str]) -> (Vec<ServerProcess>, Vec<String>) {
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        servers.push(env.spawn_process(&format!("instance-{i}"), extra).await);
-    }
-    let urls = servers.iter().map(|s| s.base_url.clone()).collect();
-    (servers, urls)
-}
-
 async fn order_with_key(base: &str, product: i64, user: &str, key: &str) -> Reply {
     send(
         http()
@@ -507,26 +498,17 @@ async fn sigterm_lets_waiters_elsewhere_proceed_long_before_the_session_timeout(
     let product = create_product(&leaving.base_url, 5, "zk").await;
     let watcher = env.zk_client().await;
 
-    let held = tokio::spawn({
-        let base = leaving.base_url.clone();
-        async move { place_order(&http(), &base, product, "in-flight").await }
-    });
-    wait_until(
-        Duration::from_secs(10),
+    let held = spawn_order(&leaving.base_url, product, "in-flight");
+    env.wait_for_queue(
+        &watcher,
+        product,
+        1,
         "the leaving instance to hold the lock",
-        || async { (env.lock_queue(&watcher, product).await.len() == 1).then_some(()) },
     )
     .await;
-    let waiting = tokio::spawn({
-        let base = staying.base_url.clone();
-        async move { place_order(&http(), &base, product, "waiter").await }
-    });
-    wait_until(
-        Duration::from_secs(10),
-        "the other instance to queue",
-        || async { (env.lock_queue(&watcher, product).await.len() == 2).then_some(()) },
-    )
-    .await;
+    let waiting = spawn_order(&staying.base_url, product, "waiter");
+    env.wait_for_queue(&watcher, product, 2, "the other instance to queue")
+        .await;
 
     let signalled = Instant::now();
     let pid = leaving.child.id().expect("running").to_string();

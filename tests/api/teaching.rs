@@ -79,15 +79,9 @@ async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor
     )
     .await;
 
-    let first = tokio::spawn({
-        let base = holder.base_url.clone();
-        async move { place_order(&http(), &base, product, "first").await }
-    });
+    let first = spawn_order(&holder.base_url, product, "first");
     let watcher = env.zk_client().await;
-    wait_until(Duration::from_secs(10), "the holder", || async {
-        (env.lock_queue(&watcher, product).await.len() == 1).then_some(())
-    })
-    .await;
+    env.wait_for_queue(&watcher, product, 1, "the holder").await;
     let waiters: Vec<_> = (0..2)
         .map(|i| {
             let base = other.base_url.clone();
@@ -96,10 +90,8 @@ async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor
             })
         })
         .collect();
-    wait_until(Duration::from_secs(10), "two waiters", || async {
-        (env.lock_queue(&watcher, product).await.len() == 3).then_some(())
-    })
-    .await;
+    env.wait_for_queue(&watcher, product, 3, "two waiters")
+        .await;
 
     let view = lock_view(&other.base_url, product).await;
     assert_eq!(view["recipe"], "fair");
@@ -175,17 +167,11 @@ async fn a_purchase_and_its_queue_reach_every_subscriber() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_herd_lock_sells_exactly_but_wakes_more_waiters_per_acquisition() {
     let env = TestEnv::new().await;
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        servers.push(
-            env.spawn_process(
-                &format!("instance-{i}"),
-                &["--stock-think-ms", "10", "--lock-timeout-ms", "60000"],
-            )
-            .await,
-        );
-    }
-    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let (_servers, urls) = three_instances(
+        &env,
+        &["--stock-think-ms", "10", "--lock-timeout-ms", "60000"],
+    )
+    .await;
     let mut cost = Vec::new();
     for guard in ["zk", "zk-herd"] {
         let product = create_product(&urls[0], 40, guard).await;
@@ -248,10 +234,7 @@ async fn the_zombie_demo_shows_the_fence_refusing_the_stale_write() {
     assert_eq!(armed.status, StatusCode::ACCEPTED, "{armed:?}");
 
     // The next holder becomes the zombie; the buyer after it takes over.
-    let zombie = tokio::spawn({
-        let base = a.base_url.clone();
-        async move { place_order(&http(), &base, product, "zombie").await }
-    });
+    let zombie = spawn_order(&a.base_url, product, "zombie");
     let db = env.db.clone();
     wait_until(Duration::from_secs(10), "the zombie's claim", || async {
         let fence: i64 = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")

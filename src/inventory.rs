@@ -228,6 +228,19 @@ pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sql
     tx.commit().await
 }
 
+/// The product's terms for the order path, with `sold` left at 0: the Σ over its orders
+/// grows with every sale, and a buyer's request needs the price and the rules, not the tally.
+pub async fn terms(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, name, price_cents, stock, stocked_total, max_per_order, per_user_limit,
+                reservation_ttl_s, guard, 0::BIGINT AS sold
+         FROM products WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
 pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {PRODUCT_COLUMNS} FROM products p WHERE p.id = $1"

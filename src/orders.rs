@@ -117,7 +117,7 @@ pub async fn place(
         return Err(AppError::SoldOut { order_id: None });
     }
     let db = &state.db;
-    let product = inventory::get(db, new.product_id)
+    let product = inventory::terms(db, new.product_id)
         .await?
         .ok_or(AppError::UnknownProduct(new.product_id))?;
     let quantity = new
@@ -145,11 +145,12 @@ pub async fn place(
     .execute(db)
     .await?;
 
-    let reserved = reserve(state, &product, id, &new.user_id, quantity, client_gone).await?;
+    let reserved = reserve(state, &product, id, &new, quantity, client_gone).await?;
     if !new.pay {
         return Ok(reserved);
     }
-    pay(state, id).await
+    // Reserved straight into `paying`: claimed for this payment in the same commit.
+    settle(state, reserved).await
 }
 
 /// What the product's guard needs before a stock change: for `zk` and `zk-herd`, the
@@ -180,10 +181,11 @@ async fn reserve(
     state: &AppState,
     product: &Product,
     id: Uuid,
-    user_id: &str,
+    new: &NewOrder,
     quantity: i32,
     mut client_gone: oneshot::Receiver<()>,
 ) -> Result<Order, AppError> {
+    let user_id = new.user_id.as_str();
     let db = &state.db;
     let demo = armed_demo(state, product).await;
     let session = if demo.is_some() {
@@ -256,8 +258,11 @@ async fn reserve(
                 fail(db, id, "purchase_limit").await;
                 return Err(AppError::PurchaseLimit { order_id: Some(id) });
             }
+            // An order paid at once goes straight to `paying` (claimed for its payment, so the
+            // expiry sweep leaves it alone) and saves the separate claim's commit.
+            let status = if new.pay { "paying" } else { "reserved" };
             let order = sqlx::query_as(
-                "UPDATE orders SET status = 'reserved', fence = $2, lock_wait_ms = $3,
+                "UPDATE orders SET status = $5, fence = $2, lock_wait_ms = $3,
                         expires_at = now() + make_interval(secs => $4), updated_at = now()
                  WHERE id = $1 RETURNING *",
             )
@@ -265,6 +270,7 @@ async fn reserve(
             .bind(fence)
             .bind(waited)
             .bind(f64::from(product.reservation_ttl_s))
+            .bind(status)
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -350,7 +356,7 @@ async fn stall_until_superseded(db: PgPool, product_id: i64, token: i64, lock: O
 /// the flag just before we raised it must not leave the product flagged with stock on sale.
 async fn flag_sold_out(state: &AppState, product_id: i64) {
     state.sold_out.raise(&product_id.to_string()).await;
-    match inventory::get(&state.db, product_id).await {
+    match inventory::terms(&state.db, product_id).await {
         Ok(Some(p)) if p.stock > 0 => state.sold_out.lower(&product_id.to_string()).await,
         Ok(_) => {}
         // Unsure: the flag is only an optimisation, the guarded path stays correct.
@@ -381,6 +387,13 @@ pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
             _ => Err(AppError::NotPayable { order_id: id }),
         };
     };
+    settle(state, order).await
+}
+
+/// Charges an order claimed for payment (`paying`): `paid`, or declined and its units back.
+async fn settle(state: &AppState, order: Order) -> Result<Order, AppError> {
+    let db = &state.db;
+    let id = order.id;
     match state.payment.charge(order.amount_cents).await {
         Charge::Approved { reference } => {
             let mut tx = db.begin().await?;
@@ -430,7 +443,7 @@ async fn give_back(state: &AppState, order: &Order, from: &str, to: &str) {
 /// `reserved`, also: not yet due), which rolls the stock back: another instance's sweep or a
 /// payment got there first.
 async fn release(state: &AppState, order: &Order, from: &str, to: &str) -> anyhow::Result<bool> {
-    let product = inventory::get(&state.db, order.product_id)
+    let product = inventory::terms(&state.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
     let (lock, protection) = enter(state, &product, Session::Shared).await?;

@@ -83,6 +83,14 @@ impl Events {
         self.inner.stopping.send_replace(true);
     }
 
+    /// Sends the product's snapshot at the next tick (for changes that are not stock writes,
+    /// like the sold-out flag).
+    pub fn touch(&self, product_id: i64) {
+        self.mark(|d| {
+            d.products.insert(product_id);
+        });
+    }
+
     fn watched(&self) -> bool {
         self.inner.tx.receiver_count() > 0
     }

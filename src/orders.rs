@@ -356,6 +356,7 @@ async fn stall_until_superseded(db: PgPool, product_id: i64, token: i64, lock: O
 /// the flag just before we raised it must not leave the product flagged with stock on sale.
 async fn flag_sold_out(state: &AppState, product_id: i64) {
     state.sold_out.raise(&product_id.to_string()).await;
+    state.events.touch(product_id);
     match inventory::terms(&state.db, product_id).await {
         Ok(Some(p)) if p.stock > 0 => state.sold_out.lower(&product_id.to_string()).await,
         Ok(_) => {}

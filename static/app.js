@@ -181,9 +181,14 @@ async function runLane(lane, productId, buyers) {
     verdict.className = 'verdict bad';
     verdict.textContent = `OVERSOLD: ${audit.sold} sold of ${audit.stocked_total} — ${audit.oversold} oversold, books inconsistent`;
     log(`Product #${productId} oversold by ${audit.oversold}: ${audit.sold} sold of ${audit.stocked_total}.`, true);
+  } else if (!audit.consistent) {
+    // Not oversold yet, but lost updates already: more sales than the stock went down by.
+    const taken = audit.stocked_total - audit.stock;
+    verdict.className = 'verdict bad';
+    verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold yet, but INCONSISTENT: the stock went down by ${taken} for ${audit.sold} sales (${audit.sold - taken} lost updates)`;
   } else {
-    verdict.className = audit.consistent ? 'verdict ok' : 'verdict bad';
-    verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold, ${audit.consistent ? 'consistent' : 'INCONSISTENT'}`;
+    verdict.className = 'verdict ok';
+    verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold, consistent`;
   }
   refreshLockStats(productId);
 }

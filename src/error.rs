@@ -235,17 +235,21 @@ impl From<sqlx::Error> for AppError {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 AppError::Unavailable(err.into())
             }
-            // 57014: statement_timeout fired; 08xxx: connection exceptions; 57P0x: shutdown.
-            sqlx::Error::Database(db)
-                if db.code().is_some_and(|c| {
-                    c == "57014" || c.starts_with("08") || c.starts_with("57P")
-                }) =>
-            {
+            sqlx::Error::Database(db) if db.code().is_some_and(|c| is_transient_sqlstate(&c)) => {
                 AppError::Unavailable(err.into())
             }
             _ => AppError::Internal(err.into()),
         }
     }
+}
+
+/// 57014 statement_timeout, 08xxx connection exceptions, 57P0x shutdown, 40001/40P01
+/// serialization failure or deadlock, 53300 too many connections, 55P03 lock not available:
+/// all passing, all worth a retry.
+fn is_transient_sqlstate(code: &str) -> bool {
+    matches!(code, "57014" | "40001" | "40P01" | "53300" | "55P03")
+        || code.starts_with("08")
+        || code.starts_with("57P")
 }
 
 #[cfg(test)]
@@ -273,6 +277,18 @@ mod tests {
         assert_eq!(err.to_string(), "internal error");
         let err = AppError::Unavailable(anyhow::anyhow!("connect to 10.0.0.1 refused"));
         assert!(!err.to_string().contains("10.0.0.1"));
+    }
+
+    #[test]
+    fn passing_database_trouble_is_retryable() {
+        for code in [
+            "57014", "40001", "40P01", "53300", "55P03", "08006", "57P01",
+        ] {
+            assert!(is_transient_sqlstate(code), "{code}");
+        }
+        for code in ["23505", "22003", "42P01"] {
+            assert!(!is_transient_sqlstate(code), "{code}");
+        }
     }
 
     #[test]

@@ -85,24 +85,22 @@ impl Flags {
         }
     }
 
-    /// Raises the flag for every instance. Best effort: flags are hints; a lost one is logged.
+    /// Raises the flag for every instance. Flags are hints, but a flag that exists on one
+    /// side only misleads: on a final failure the local mirror is put back as ZooKeeper has it.
     pub async fn raise(&self, flag: &str) {
-        self.inner
-            .flagged
-            .write()
-            .expect("flag set poisoned")
-            .insert(flag.to_string());
-        self.inner.changes.send_modify(|n| *n += 1);
+        self.set_local(flag, true);
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        match self
-            .inner
-            .zk
-            .client()
-            .create(&self.path(flag), &[], &persistent)
-            .await
-        {
-            Ok(_) | Err(zk::Error::NodeExists) => {}
-            Err(e) => tracing::warn!(flag, error = %e, "could not raise a flag"),
+        let path = self.path(flag);
+        let created = retry(|| async {
+            match self.inner.zk.client().create(&path, &[], &persistent).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await;
+        if let Err(e) = created {
+            tracing::warn!(flag, error = %e, "could not raise a flag");
+            self.resync_now().await;
         }
     }
 
@@ -114,25 +112,61 @@ impl Flags {
     /// Lowers the flag; true if this call is the one that removed it from ZooKeeper, so that
     /// exactly one caller, on any instance, acts on a one-shot flag.
     pub async fn take(&self, flag: &str) -> bool {
-        self.inner
-            .flagged
-            .write()
-            .expect("flag set poisoned")
-            .remove(flag);
-        self.inner.changes.send_modify(|n| *n += 1);
-        match self.inner.zk.client().delete(&self.path(flag), None).await {
-            Ok(()) => true,
-            Err(zk::Error::NoNode) => false,
-            Err(e) => {
-                tracing::warn!(flag, error = %e, "could not lower a flag");
-                false
+        self.set_local(flag, false);
+        let path = self.path(flag);
+        let deleted = retry(|| async {
+            match self.inner.zk.client().delete(&path, None).await {
+                Ok(()) => Ok(true),
+                Err(zk::Error::NoNode) => Ok(false),
+                Err(e) => Err(e),
             }
+        })
+        .await;
+        deleted.unwrap_or_else(|e| {
+            tracing::warn!(flag, error = %e, "could not lower a flag");
+            false
+        })
+    }
+
+    fn set_local(&self, flag: &str, raised: bool) {
+        let mut flagged = self.inner.flagged.write().expect("flag set poisoned");
+        if raised {
+            flagged.insert(flag.to_string());
+        } else {
+            flagged.remove(flag);
+        }
+        self.inner.changes.send_modify(|n| *n += 1);
+    }
+
+    async fn resync_now(&self) {
+        if let Err(e) = resync(&self.inner, &self.inner.zk.client()).await {
+            tracing::warn!(error = %e, "could not re-read the flags; the watch will on reconnect");
         }
     }
 
     fn path(&self, flag: &str) -> String {
         format!("{}/{flag}", self.inner.dir)
     }
+}
+
+/// Retries a ZooKeeper write through a connection loss (a few seconds at most): the answer
+/// that counts is the one after the connection is back.
+async fn retry<T, F, Fut>(mut write: F) -> Result<T, zk::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, zk::Error>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..8 {
+        match write().await {
+            Err(zk::Error::ConnectionLoss) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            result => return result,
+        }
+    }
+    write().await
 }
 
 async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {

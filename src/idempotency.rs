@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
 use crate::error::{json_response, AppError};
 use crate::http::AppState;
@@ -76,7 +77,7 @@ pub async fn place(
     client_gone: oneshot::Receiver<()>,
 ) -> Reply {
     let Some(key) = key else {
-        return Reply::of(orders::place(state, new, client_gone).await);
+        return Reply::of(orders::place(state, new, None, client_gone).await);
     };
     let fingerprint = serde_json::to_value(&new).expect("requests serialise");
     match begin(&state.db, &key, &fingerprint).await {
@@ -86,7 +87,7 @@ pub async fn place(
         Ok(Begin::InProgress) => return Reply::of(Err(AppError::IdempotencyInProgress)),
         Err(e) => return Reply::of(Err(e.into())),
     }
-    let result = orders::place(state, new, client_gone).await;
+    let result = orders::place(state, new, Some(&key), client_gone).await;
     let transient = result.as_ref().is_err_and(AppError::is_transient);
     let reply = Reply::of(result);
     if let Err(e) = finish(&state.db, &key, &reply, transient).await {
@@ -95,6 +96,9 @@ pub async fn place(
     }
     reply
 }
+
+/// request, status_code, response, order_id, older than a minute
+type KeyRow = (Value, Option<i16>, Option<String>, Option<Uuid>, bool);
 
 enum Begin {
     First,
@@ -114,8 +118,9 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
     if inserted.rows_affected() == 1 {
         return Ok(Begin::First);
     }
-    let row: Option<(Value, Option<i16>, Option<String>)> = sqlx::query_as(
-        "SELECT request, status_code, response FROM idempotency_keys WHERE key = $1",
+    let row: Option<KeyRow> = sqlx::query_as(
+        "SELECT request, status_code, response, order_id, created_at < now() - interval '1 minute'
+         FROM idempotency_keys WHERE key = $1",
     )
     .bind(key)
     .fetch_optional(db)
@@ -123,23 +128,65 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
     Ok(match row {
         // Deleted in between (the first attempt was transient): ask the client to retry.
         None => Begin::InProgress,
-        Some((request, _, _)) if request != *fingerprint => Begin::Mismatch,
-        Some((_, Some(status), Some(body))) => Begin::Replay(Reply {
+        Some((request, ..)) if request != *fingerprint => Begin::Mismatch,
+        Some((_, Some(status), Some(body), ..)) => Begin::Replay(Reply {
             status: StatusCode::from_u16(status as u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body,
             replayed: true,
         }),
+        // No answer kept, but an order: its attempt failed after the order had effects (or
+        // its instance died). Answer from the order as it stands, once it has settled.
+        Some((_, _, _, Some(order_id), _)) => match settled(db, key, order_id).await? {
+            Some(reply) => Begin::Replay(reply),
+            None => Begin::InProgress,
+        },
+        // No answer and no order after a minute: abandoned before it did anything. Forget
+        // it, so the next retry runs afresh.
+        Some((_, _, _, None, true)) => {
+            sqlx::query("DELETE FROM idempotency_keys WHERE key = $1 AND order_id IS NULL AND response IS NULL")
+                .bind(key)
+                .execute(db)
+                .await?;
+            Begin::InProgress
+        }
         Some(_) => Begin::InProgress,
     })
 }
 
+/// The answer for a key whose order settled without the answer being kept: the order if it
+/// was reserved or paid, the decline if its payment failed (kept from now on). `None` while
+/// the order is still moving.
+async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Option<Reply>, sqlx::Error> {
+    let Some(order) = orders::get(db, order_id).await? else {
+        return Ok(None);
+    };
+    let reply = match order.status.as_str() {
+        "paid" | "reserved" => Reply::of(Ok(order)),
+        "payment_failed" => Reply::of(Err(AppError::PaymentFailed { order_id })),
+        "sold_out" => Reply::of(Err(AppError::SoldOut {
+            order_id: Some(order_id),
+        })),
+        _ => return Ok(None),
+    };
+    finish(db, key, &reply, false).await?;
+    Ok(Some(Reply {
+        replayed: true,
+        ..reply
+    }))
+}
+
 async fn finish(db: &PgPool, key: &str, reply: &Reply, transient: bool) -> Result<(), sqlx::Error> {
     if transient {
-        sqlx::query("DELETE FROM idempotency_keys WHERE key = $1")
-            .bind(key)
-            .execute(db)
-            .await?;
+        // Forget the key only if its order did nothing (or never existed); otherwise the
+        // next retry answers from the order (see `settled`).
+        sqlx::query(
+            "DELETE FROM idempotency_keys k WHERE k.key = $1 AND (k.order_id IS NULL OR EXISTS
+               (SELECT 1 FROM orders o WHERE o.id = k.order_id AND o.status IN ('created', 'failed')))",
+        )
+        .bind(key)
+        .execute(db)
+        .await?;
     } else {
         sqlx::query(
             "UPDATE idempotency_keys SET status_code = $2, response = $3, completed_at = now() WHERE key = $1",

@@ -102,6 +102,9 @@ impl NewProduct {
         if name_len == 0 || self.name.chars().count() > 200 {
             return Err("name must be 1 to 200 characters".into());
         }
+        if self.name.chars().any(char::is_control) {
+            return Err("name must not contain control characters".into());
+        }
         if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
             return Err(format!(
                 "price_cents must be between 0 and {MAX_PRICE_CENTS}"
@@ -463,7 +466,8 @@ mod tests {
     #[test]
     fn product_fields_are_bounded() {
         type Breaker = fn(&mut NewProduct);
-        let cases: [(Breaker, &str); 8] = [
+        let cases: [(Breaker, &str); 9] = [
+            (|p| p.name = "a\0b".into(), "name"),
             (|p| p.name = "  ".into(), "name"),
             (|p| p.name = "x".repeat(201), "name"),
             (|p| p.price_cents = -1, "price_cents"),

@@ -410,8 +410,11 @@ impl Drop for OwnNode {
         let Some(marker) = self.marker.take() else {
             return;
         };
+        // A leftover node would block the product's queue for as long as the session lives
+        // (and the shared one lives on): retry until the answer is final.
         tokio::spawn(async move {
-            for _ in 0..5 {
+            let mut backoff = Duration::from_millis(50);
+            loop {
                 let result = match &path {
                     Some(path) => client.delete(path, None).await,
                     None => delete_by_marker(&client, &dir, &marker).await,
@@ -422,20 +425,31 @@ impl Drop for OwnNode {
                     Err(e) if e == zk::Error::SessionExpired || e == zk::Error::ClientClosed => {
                         return
                     }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    Err(_) => {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
                 }
             }
         });
     }
 }
 
+/// Deletes the node whose name or data carries `marker`, and no other: the herd's one node
+/// may already be someone else's (a retried delete must not remove the next holder's), so
+/// the data is checked and the delete is conditional on the version read with it.
 async fn delete_by_marker(client: &zk::Client, dir: &str, marker: &str) -> Result<(), zk::Error> {
     for child in client.list_children(dir).await? {
         let path = format!("{dir}/{child}");
-        let ours = child.contains(marker)
-            || matches!(client.get_data(&path).await, Ok((data, _)) if data == marker.as_bytes());
-        if ours {
+        if child.contains(marker) {
             return client.delete(&path, None).await;
+        }
+        match client.get_data(&path).await {
+            Ok((data, stat)) if data == marker.as_bytes() => {
+                return client.delete(&path, Some(stat.version)).await
+            }
+            Ok(_) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -531,10 +545,8 @@ async fn acquire_herd(
             path: None,
         };
         match client.create(&path, marker.as_bytes(), &ephemeral).await {
-            Ok((stat, _)) => {
-                node.path = Some(path);
-                return Ok((node, stat.czxid, wakeups));
-            }
+            // The release goes by marker (see `delete_by_marker`): the path is everyone's.
+            Ok((stat, _)) => return Ok((node, stat.czxid, wakeups)),
             Err(zk::Error::NoNode) => make_dir(client, dir).await?,
             Err(zk::Error::NodeExists) => match client.check_and_watch_stat(&path).await {
                 Ok((Some(_), watcher)) => {
@@ -546,7 +558,6 @@ async fn acquire_herd(
             },
             Err(zk::Error::ConnectionLoss) => {
                 if let Some(token) = find_held(client, &path, &marker).await? {
-                    node.path = Some(path);
                     return Ok((node, token, wakeups));
                 }
             }
@@ -639,12 +650,12 @@ async fn supervise(inner: std::sync::Weak<Inner>) {
                 .state_watcher(),
             None => return,
         };
-        let state = loop {
-            let state = watcher.changed().await;
-            if state.is_terminated() {
-                break state;
-            }
-        };
+        // The watcher counts the current state as seen: check it first, or a session that
+        // ended before we looked would never be replaced.
+        let mut state = watcher.state();
+        while !state.is_terminated() {
+            state = watcher.changed().await;
+        }
         if inner.strong_count() == 0 {
             return; // closed on purpose: shutting down
         }

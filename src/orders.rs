@@ -109,6 +109,7 @@ pub struct Order {
 pub async fn place(
     state: &AppState,
     new: NewOrder,
+    key: Option<&str>,
     client_gone: oneshot::Receiver<()>,
 ) -> Result<Order, AppError> {
     new.validate().map_err(AppError::InvalidRequest)?;
@@ -134,14 +135,19 @@ pub async fn place(
     }
 
     let id = Uuid::new_v4();
+    // The key (if any) learns its order in the same statement: from here on, a retry must
+    // find this order rather than place another.
     sqlx::query(
-        "INSERT INTO orders (id, product_id, user_id, quantity, amount_cents) VALUES ($1, $2, $3, $4, $5)",
+        "WITH o AS (INSERT INTO orders (id, product_id, user_id, quantity, amount_cents)
+                    VALUES ($1, $2, $3, $4, $5) RETURNING id)
+         UPDATE idempotency_keys SET order_id = (SELECT id FROM o) WHERE key = $6",
     )
     .bind(id)
     .bind(product.id)
     .bind(&new.user_id)
     .bind(quantity)
     .bind(amount)
+    .bind(key)
     .execute(db)
     .await?;
 
@@ -410,14 +416,16 @@ async fn settle(state: &AppState, order: Order) -> Result<Order, AppError> {
             Ok(paid)
         }
         Charge::Declined { reference } => {
-            record_payment(
-                db.acquire().await?.as_mut(),
-                id,
-                order.amount_cents,
-                "failed",
-                &reference,
-            )
-            .await?;
+            // The units go back even if the decline cannot be recorded.
+            let mut conn = db.acquire().await;
+            if let Ok(conn) = conn.as_mut() {
+                if let Err(e) =
+                    record_payment(conn, id, order.amount_cents, "failed", &reference).await
+                {
+                    tracing::warn!(order = %id, error = %e, "could not record a declined payment");
+                }
+            }
+            drop(conn);
             give_back(state, &order, "paying", "payment_failed").await;
             Err(AppError::PaymentFailed { order_id: id })
         }
@@ -432,11 +440,13 @@ async fn give_back(state: &AppState, order: &Order, from: &str, to: &str) {
         match release(state, order, from, to).await {
             Ok(_) => return,
             Err(e) => {
-                tracing::warn!(order = %order.id, attempt, error = %e, "returning stock failed")
+                tracing::warn!(order = %order.id, attempt, error = %e, "returning stock failed");
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
             }
         }
     }
-    tracing::error!(order = %order.id, from, "stock not returned; the order keeps its units");
+    // The sweep's stale-payment pass will retry it.
+    tracing::error!(order = %order.id, from, "stock not returned yet; the order keeps its units");
 }
 
 /// Puts an order's units back on sale and moves it `from` → `to`, both in one transaction
@@ -505,7 +515,43 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
             }
         }
     }
+    settle_stale_payments(state).await?;
     Ok(expired)
+}
+
+/// A payment that has not finished in this long was abandoned (its instance died, or the
+/// database failed it half way); no charge takes anywhere near it.
+pub const STALE_PAYMENT: Duration = Duration::from_secs(300);
+
+/// Settles orders stuck in `paying`: `paid` if a succeeded payment was recorded (the charge
+/// went through), otherwise `payment_failed` with the units back on sale. The moves are
+/// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
+async fn settle_stale_payments(state: &AppState) -> anyhow::Result<()> {
+    let stale: Vec<Order> = sqlx::query_as(
+        "SELECT * FROM orders WHERE status = 'paying' AND updated_at < now() - make_interval(secs => $1)
+         ORDER BY updated_at LIMIT 100",
+    )
+    .bind(STALE_PAYMENT.as_secs_f64())
+    .fetch_all(&state.db)
+    .await?;
+    for order in stale {
+        let charged: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded')",
+        )
+        .bind(order.id)
+        .fetch_one(&state.db)
+        .await?;
+        if charged {
+            sqlx::query("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'")
+                .bind(order.id)
+                .execute(&state.db)
+                .await?;
+            tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
+        } else if release(state, &order, "paying", "payment_failed").await? {
+            tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
+        }
+    }
+    Ok(())
 }
 
 /// Units the user already holds of the product.

@@ -141,7 +141,12 @@ impl Application {
         sweeper.abort();
         let _ = sweeper.await;
         zk.close().await;
-        db.close().await;
+        if tokio::time::timeout(Duration::from_secs(5), db.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!("PostgreSQL connections still busy after 5s; exiting anyway");
+        }
         Ok(())
     }
 }

@@ -96,6 +96,12 @@ async fn restock(
         )));
     }
     let product = find(&state, &id).await?;
+    // Bounded like a new product's stock, so neither column can overflow in the write.
+    if i64::from(product.stocked_total) + restock.quantity > inventory::MAX_STOCK * 10 {
+        return Err(AppError::invalid(
+            "restocking that much would pass the product's lifetime stock limit",
+        ));
+    }
     let quantity = restock.quantity as i32;
     let (lock, protection) = orders::enter(&state, &product, Session::Shared)
         .await

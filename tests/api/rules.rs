@@ -539,3 +539,99 @@ async fn sigterm_lets_waiters_elsewhere_proceed_long_before_the_session_timeout(
     assert!(exit.success(), "clean exit: {exit:?}");
     assert_eq!(env.stock(product).await, 3);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_payment_is_settled_by_the_sweep() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--expiry-interval-ms", "50"]).await;
+    let product =
+        create_product_with(&app.base_url, json!({ "stock": 5, "per_user_limit": 5 })).await;
+    let mut ids = Vec::new();
+    for user in ["charged", "never-charged"] {
+        let reserved = send(
+            http()
+                .post(format!("{}/orders", app.base_url))
+                .json(&json!({
+                    "product_id": product, "user_id": user, "pay": false
+                })),
+        )
+        .await
+        .unwrap();
+        ids.push(reserved.body["id"].as_str().unwrap().to_string());
+    }
+    // Both stuck in `paying` for ten minutes, as if their instance had died mid-payment; the
+    // first one's charge had gone through and was recorded (recorded first: the sweep runs
+    // every 50 ms).
+    sqlx::query("INSERT INTO payments (order_id, amount_cents, outcome, provider_ref) VALUES ($1::uuid, 1999, 'succeeded', 'sim_test')")
+        .bind(&ids[0])
+        .execute(&env.db)
+        .await
+        .unwrap();
+
+    sqlx::query("UPDATE orders SET status = 'paying', updated_at = now() - interval '10 minutes' WHERE product_id = $1")
+        .bind(product)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let db = env.db.clone();
+    let statuses = wait_until(
+        Duration::from_secs(10),
+        "the sweep to settle both",
+        || async {
+            let mut statuses = Vec::new();
+            for id in &ids {
+                let status: String =
+                    sqlx::query_scalar("SELECT status FROM orders WHERE id = $1::uuid")
+                        .bind(id)
+                        .fetch_one(&db)
+                        .await
+                        .ok()?;
+                statuses.push(status);
+            }
+            (!statuses.iter().any(|s| s == "paying")).then_some(statuses)
+        },
+    )
+    .await;
+    assert_eq!(statuses, ["paid", "payment_failed"]);
+    assert_eq!(
+        env.stock(product).await,
+        4,
+        "the uncharged unit went back on sale"
+    );
+    assert_eq!(audit(&app.base_url, product).await["consistent"], true);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_whose_answer_was_lost_answers_from_its_order() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let paid = place_order(&http(), &app.base_url, product, "lost-answer")
+        .await
+        .unwrap();
+    assert_eq!(paid.status, StatusCode::CREATED);
+    // The key knows its order but not the answer: the attempt failed after the order was paid.
+    sqlx::query(
+        "INSERT INTO idempotency_keys (key, request, order_id) VALUES ('lost', $1, $2::uuid)",
+    )
+    .bind(json!({ "product_id": product, "user_id": "lost-answer", "quantity": 1, "pay": true }))
+    .bind(paid.body["id"].as_str().unwrap())
+    .execute(&env.db)
+    .await
+    .unwrap();
+
+    let retry = order_with_key(&app.base_url, product, "lost-answer", "lost").await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{retry:?}");
+    assert!(retry.replayed);
+    assert_eq!(
+        retry.body["id"], paid.body["id"],
+        "the same order, not a second one"
+    );
+    assert_eq!(env.stock(product).await, 4);
+    let again = order_with_key(&app.base_url, product, "lost-answer", "lost").await;
+    assert_eq!(
+        (again.status, &again.raw),
+        (retry.status, &retry.raw),
+        "kept from now on"
+    );
+}

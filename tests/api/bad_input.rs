@@ -70,6 +70,12 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
     .await
     .unwrap();
     let product = reply.body["id"].as_i64().unwrap();
+    // Near the lifetime limit, so one more restock of 10^8 would pass it.
+    sqlx::query("UPDATE products SET stocked_total = 950000000 WHERE id = $1")
+        .bind(product)
+        .execute(&env.db)
+        .await
+        .unwrap();
     let order = |fields: serde_json::Value| {
         let mut body = json!({ "product_id": product, "user_id": "mallory", "quantity": 1 });
         body.as_object_mut()
@@ -239,6 +245,28 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             post.clone(),
             "/api/products",
             json!({"name": "x", "price_cents": 1, "stock": 1, "guard": "none"}).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        // Found in review: both used to reach PostgreSQL and answer 500.
+        case(
+            "control character in a product name",
+            post.clone(),
+            "/api/products",
+            json!({"name": "a\u{0}b", "price_cents": 1, "stock": 1}).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "restock past the lifetime stock limit",
+            post.clone(),
+            format!("/api/products/{product}/restock"),
+            json!({ "quantity": 100_000_000 }).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "restock of nothing",
+            post.clone(),
+            format!("/api/products/{product}/restock"),
+            json!({ "quantity": 0 }).to_string(),
         )
         .auth(ADMIN_TOKEN),
     ];

@@ -14,6 +14,52 @@ async fn ready(base_url: &str) -> Reply {
         .unwrap()
 }
 
+/// Cuts `service` (as `/readyz` names it) away from the app, checks the outage is answered
+/// honestly and sells nothing, restores it, and checks the app recovers on its own.
+async fn outage_then_recovery(env: &TestEnv, base_url: &str, proxy: &ChaosProxy, service: &str) {
+    let product = create_product(base_url, 3, "zk").await;
+
+    proxy.cut();
+    let reply = place_order(&http(), base_url, product, "during-outage")
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "{reply:?}"
+    );
+    assert_eq!(reply.retry_after.as_deref(), Some("1"));
+    let readiness = ready(base_url).await;
+    assert_eq!(readiness.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(readiness.body[service], "unavailable", "{readiness:?}");
+    assert_eq!(
+        env.stock(product).await,
+        3,
+        "nothing sold while {service} was away"
+    );
+
+    proxy.restore();
+    let reply = wait_until(
+        Duration::from_secs(30),
+        "an order to succeed again",
+        || async {
+            let reply = place_order(&http(), base_url, product, "after-outage")
+                .await
+                .ok()?;
+            (reply.status == StatusCode::CREATED).then_some(reply)
+        },
+    )
+    .await;
+    assert_eq!(reply.body["status"], "paid");
+    assert_eq!(ready(base_url).await.status, StatusCode::OK);
+    assert_eq!(
+        env.stock(product).await,
+        2,
+        "only the order after the outage sold"
+    );
+    assert_eq!(audit(base_url, product).await["consistent"], true);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_database_outage_answers_503_and_recovers() {
     let env = TestEnv::new().await;
@@ -22,39 +68,7 @@ async fn a_database_outage_answers_503_and_recovers() {
     let proxy = ChaosProxy::start(pg_addr.to_string()).await;
     let url = format!("{before}@{}/{db_path}", proxy.addr);
     let app = env.spawn_app(&["--database-url", &url]).await;
-    let product = create_product(&app.base_url, 3, "zk").await;
-
-    proxy.cut();
-    let reply = place_order(&http(), &app.base_url, product, "during-outage")
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-    assert_eq!(reply.code(), "unavailable");
-    assert_eq!(reply.retry_after.as_deref(), Some("1"));
-    let readiness = ready(&app.base_url).await;
-    assert_eq!(readiness.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(readiness.body["postgres"], "unavailable");
-    assert_eq!(readiness.body["zookeeper"], "ok");
-
-    proxy.restore();
-    let reply = wait_until(
-        Duration::from_secs(20),
-        "an order to succeed again",
-        || async {
-            let reply = place_order(&http(), &app.base_url, product, "after-outage")
-                .await
-                .ok()?;
-            (reply.status == StatusCode::CREATED).then_some(reply)
-        },
-    )
-    .await;
-    assert_eq!(reply.body["status"], "paid");
-    assert_eq!(
-        env.stock(product).await,
-        2,
-        "only the order after the outage sold"
-    );
-    assert_eq!(audit(&app.base_url, product).await["consistent"], true);
+    outage_then_recovery(&env, &app.base_url, &proxy, "postgres").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -64,37 +78,5 @@ async fn a_zookeeper_outage_answers_503_and_recovers() {
     let app = env
         .spawn_app(&["--zk", &proxy.addr, "--lock-timeout-ms", "1000"])
         .await;
-    let product = create_product(&app.base_url, 3, "zk").await;
-
-    proxy.cut();
-    let reply = place_order(&http(), &app.base_url, product, "during-outage")
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-    assert_eq!(reply.code(), "unavailable");
-    assert!(reply.retry_after.is_some());
-    let readiness = ready(&app.base_url).await;
-    assert_eq!(readiness.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(readiness.body["zookeeper"], "unavailable");
-    assert_eq!(
-        env.stock(product).await,
-        3,
-        "nothing sold while ZooKeeper was away"
-    );
-
-    proxy.restore();
-    let reply = wait_until(
-        Duration::from_secs(30),
-        "an order to succeed again",
-        || async {
-            let reply = place_order(&http(), &app.base_url, product, "after-outage")
-                .await
-                .ok()?;
-            (reply.status == StatusCode::CREATED).then_some(reply)
-        },
-    )
-    .await;
-    assert_eq!(reply.body["status"], "paid");
-    assert_eq!(ready(&app.base_url).await.status, StatusCode::OK);
-    assert_eq!(env.stock(product).await, 2);
+    outage_then_recovery(&env, &app.base_url, &proxy, "zookeeper").await;
 }

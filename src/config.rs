@@ -1,5 +1,5 @@
 //! Typed configuration, parsed once at start-up from flags with environment fallbacks.
-//! Handlers never read the environment; they get what they need from [`crate::http::AppState`].
+//! Handlers never read the environment; they get what they need from [`crate::state::AppState`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::lock::LockError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// 400: the request is malformed or breaks a rule; the message says which.
@@ -72,12 +74,12 @@ pub enum AppError {
     /// 415
     #[error("expected Content-Type: application/json")]
     UnsupportedMediaType,
-    /// 503: the product's lock was not granted within the lock timeout. Nothing was sold.
-    #[error("the product's lock was not granted in time; nothing was sold, try again")]
-    LockTimeout { order_id: Uuid },
-    /// 503: the lock was lost (session expired, a newer holder fenced us out). Nothing was sold.
-    #[error("the product's lock was lost before the stock write; nothing was sold, try again")]
-    LockLost { order_id: Uuid },
+    /// 503: the product's lock was not granted within the lock timeout. Nothing changed.
+    #[error("the product's lock was not granted in time; nothing changed, try again")]
+    LockTimeout { order_id: Option<Uuid> },
+    /// 503: the lock was lost (session expired, a newer holder fenced us out). Nothing changed.
+    #[error("the product's lock was lost before the stock write; nothing changed, try again")]
+    LockLost { order_id: Option<Uuid> },
     /// 503: PostgreSQL or ZooKeeper is unreachable or too slow.
     #[error("a backing service is unavailable, try again")]
     Unavailable(#[source] anyhow::Error),
@@ -159,14 +161,28 @@ impl AppError {
         use AppError::*;
         match self {
             PaymentFailed { order_id }
-            | LockTimeout { order_id }
-            | LockLost { order_id }
             | ReservationExpired { order_id }
             | PaymentInProgress { order_id }
             | NotPayable { order_id } => Some(*order_id),
-            SoldOut { order_id } | PurchaseLimit { order_id } => *order_id,
+            SoldOut { order_id }
+            | PurchaseLimit { order_id }
+            | LockTimeout { order_id }
+            | LockLost { order_id } => *order_id,
             _ => None,
         }
+    }
+
+    /// Names the order the error happened to, on the errors that can carry one.
+    pub fn for_order(mut self, id: Uuid) -> Self {
+        use AppError::*;
+        if let SoldOut { order_id }
+        | PurchaseLimit { order_id }
+        | LockTimeout { order_id }
+        | LockLost { order_id } = &mut self
+        {
+            *order_id = Some(id);
+        }
+        self
     }
 
     /// Whether the outcome may differ on a retry (so it is not kept for idempotent replay).
@@ -227,6 +243,19 @@ impl IntoResponse for AppError {
     }
 }
 
+/// A lock not granted: the same answer for every caller (orders add their id with
+/// [`AppError::for_order`]).
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        match err {
+            LockError::Timeout(_) => AppError::LockTimeout { order_id: None },
+            LockError::Lost => AppError::LockLost { order_id: None },
+            LockError::TooBusy => AppError::TooBusy,
+            LockError::Unavailable(e) => AppError::Unavailable(e),
+        }
+    }
+}
+
 /// Database errors are the server's trouble, never the client's: a lost or slow connection
 /// is 503 (retry), anything else a bug.
 impl From<sqlx::Error> for AppError {
@@ -260,8 +289,8 @@ mod tests {
     fn every_503_has_retry_after_and_a_code() {
         let id = Uuid::nil();
         for err in [
-            AppError::LockTimeout { order_id: id },
-            AppError::LockLost { order_id: id },
+            AppError::LockTimeout { order_id: Some(id) },
+            AppError::LockLost { order_id: None },
             AppError::Unavailable(anyhow::anyhow!("db down")),
         ] {
             let code = err.code();
@@ -269,6 +298,22 @@ mod tests {
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
             assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{code}");
         }
+    }
+
+    #[test]
+    fn lock_errors_answer_alike_and_name_the_order_when_there_is_one() {
+        let id = Uuid::nil();
+        let timeout = AppError::from(LockError::Timeout(std::time::Duration::from_secs(1)));
+        assert_eq!(
+            (timeout.status().as_u16(), timeout.code()),
+            (503, "lock_timeout")
+        );
+        assert_eq!(timeout.order_id(), None);
+        assert_eq!(timeout.for_order(id).order_id(), Some(id));
+        assert_eq!(AppError::from(LockError::Lost).code(), "lock_lost");
+        assert_eq!(AppError::from(LockError::TooBusy).code(), "too_busy");
+        // Errors that never concern an order stay without one.
+        assert_eq!(AppError::TooBusy.for_order(id).order_id(), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use zookeeper_client as zk;
 
 use crate::flags::Flags;
 use crate::inventory::{self, Guard};
-use crate::lock::{Recipe, Zk};
+use crate::lock::Zk;
 
 /// The PostgreSQL channel every instance listens on.
 pub const CHANNEL: &str = "seckill_events";
@@ -222,10 +222,8 @@ async fn tick(events: Events, db: PgPool, zk: Zk, sold_out: Flags) {
             }
         }
         for id in dirty.queues {
-            let recipe = match guards.get(&id) {
-                Some(Guard::ZkHerd) => Recipe::Herd,
-                Some(Guard::Zk) => Recipe::Fair,
-                _ => continue,
+            let Some(recipe) = guards.get(&id).and_then(|g| g.recipe()) else {
+                continue;
             };
             if let Ok(view) = zk.queue(id, recipe).await {
                 events.send("queue", &view);

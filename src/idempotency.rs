@@ -6,18 +6,15 @@
 //! win, wherever it runs) and completed with the response when the order finishes. A
 //! transient outcome (503, 429, 500) is not kept: the row is deleted so a retry runs afresh.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::error::{json_response, AppError};
-use crate::http::AppState;
-use crate::orders::{self, NewOrder, Order};
-
-pub const HEADER: &str = "idempotency-key";
+use crate::error::AppError;
+use crate::orders::{self, NewOrder, Order, OrderStatus};
+use crate::state::AppState;
 
 /// A finished answer: what was sent, and whether it is a replay.
 pub struct Reply {
@@ -43,30 +40,14 @@ impl Reply {
     }
 }
 
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
-        let mut response = json_response(self.status, self.body);
-        if self.replayed {
-            response
-                .headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-        }
-        response
-    }
-}
-
-/// The key, if any: 1 to 128 visible ASCII characters.
-pub fn key(headers: &HeaderMap) -> Result<Option<String>, AppError> {
-    let Some(raw) = headers.get(HEADER) else {
-        return Ok(None);
-    };
-    let bytes = raw.as_bytes();
-    if bytes.is_empty() || bytes.len() > 128 || !bytes.iter().all(|b| b.is_ascii_graphic()) {
+/// A key as the client sent it: 1 to 128 visible ASCII characters.
+pub fn parse_key(raw: &[u8]) -> Result<String, AppError> {
+    if raw.is_empty() || raw.len() > 128 || !raw.iter().all(|b| b.is_ascii_graphic()) {
         return Err(AppError::invalid(
             "Idempotency-Key must be 1 to 128 visible ASCII characters",
         ));
     }
-    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+    Ok(String::from_utf8_lossy(raw).into_owned())
 }
 
 /// Places the order once per key.
@@ -97,8 +78,19 @@ pub async fn place(
     reply
 }
 
-/// request, status_code, response, order_id, older than a minute
-type KeyRow = (Value, Option<i16>, Option<String>, Option<Uuid>, bool);
+/// A key's row as `begin` reads it.
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    /// The first request's fingerprint.
+    request: Value,
+    /// The answer kept for replay, once the order finished (both or neither).
+    status_code: Option<i16>,
+    response: Option<String>,
+    /// The order the key placed, as soon as its row exists.
+    order_id: Option<Uuid>,
+    /// Older than a minute: long enough that a request without an order was abandoned.
+    stale: bool,
+}
 
 enum Begin {
     First,
@@ -119,39 +111,47 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
         return Ok(Begin::First);
     }
     let row: Option<KeyRow> = sqlx::query_as(
-        "SELECT request, status_code, response, order_id, created_at < now() - interval '1 minute'
+        "SELECT request, status_code, response, order_id,
+                created_at < now() - interval '1 minute' AS stale
          FROM idempotency_keys WHERE key = $1",
     )
     .bind(key)
     .fetch_optional(db)
     .await?;
-    Ok(match row {
+    let Some(row) = row else {
         // Deleted in between (the first attempt was transient): ask the client to retry.
-        None => Begin::InProgress,
-        Some((request, ..)) if request != *fingerprint => Begin::Mismatch,
-        Some((_, Some(status), Some(body), ..)) => Begin::Replay(Reply {
+        return Ok(Begin::InProgress);
+    };
+    if row.request != *fingerprint {
+        return Ok(Begin::Mismatch);
+    }
+    if let (Some(status), Some(body)) = (row.status_code, row.response) {
+        return Ok(Begin::Replay(Reply {
             status: StatusCode::from_u16(status as u16)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body,
             replayed: true,
-        }),
+        }));
+    }
+    if let Some(order_id) = row.order_id {
         // No answer kept, but an order: its attempt failed after the order had effects (or
         // its instance died). Answer from the order as it stands, once it has settled.
-        Some((_, _, _, Some(order_id), _)) => match settled(db, key, order_id).await? {
+        return Ok(match settled(db, key, order_id).await? {
             Some(reply) => Begin::Replay(reply),
             None => Begin::InProgress,
-        },
+        });
+    }
+    if row.stale {
         // No answer and no order after a minute: abandoned before it did anything. Forget
         // it, so the next retry runs afresh.
-        Some((_, _, _, None, true)) => {
-            sqlx::query("DELETE FROM idempotency_keys WHERE key = $1 AND order_id IS NULL AND response IS NULL")
-                .bind(key)
-                .execute(db)
-                .await?;
-            Begin::InProgress
-        }
-        Some(_) => Begin::InProgress,
-    })
+        sqlx::query(
+            "DELETE FROM idempotency_keys WHERE key = $1 AND order_id IS NULL AND response IS NULL",
+        )
+        .bind(key)
+        .execute(db)
+        .await?;
+    }
+    Ok(Begin::InProgress)
 }
 
 /// The answer for a key whose order settled without the answer being kept: the order if it
@@ -161,10 +161,10 @@ async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Option<Reply>
     let Some(order) = orders::get(db, order_id).await? else {
         return Ok(None);
     };
-    let reply = match order.status.as_str() {
-        "paid" | "reserved" => Reply::of(Ok(order)),
-        "payment_failed" => Reply::of(Err(AppError::PaymentFailed { order_id })),
-        "sold_out" => Reply::of(Err(AppError::SoldOut {
+    let reply = match order.status {
+        OrderStatus::Paid | OrderStatus::Reserved => Reply::of(Ok(order)),
+        OrderStatus::PaymentFailed => Reply::of(Err(AppError::PaymentFailed { order_id })),
+        OrderStatus::SoldOut => Reply::of(Err(AppError::SoldOut {
             order_id: Some(order_id),
         })),
         _ => return Ok(None),
@@ -215,30 +215,20 @@ pub async fn purge(db: &PgPool, ttl: std::time::Duration) -> Result<u64, sqlx::E
 mod tests {
     use super::*;
 
-    fn headers(value: &[u8]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(HEADER, HeaderValue::from_bytes(value).unwrap());
-        h
-    }
-
     #[test]
     fn keys_are_visible_ascii_up_to_128() {
-        assert_eq!(key(&HeaderMap::new()).unwrap(), None);
-        assert_eq!(
-            key(&headers(b"order-42")).unwrap().as_deref(),
-            Some("order-42")
-        );
-        assert!(key(&headers(&[b'k'; 128])).is_ok());
-        assert!(key(&headers(&[b'k'; 129])).is_err());
-        assert!(key(&headers(b"has space")).is_err());
-        assert!(key(&headers(b"")).is_err());
-        assert!(key(&headers("ключ".as_bytes())).is_err());
+        assert_eq!(parse_key(b"order-42").unwrap(), "order-42");
+        assert!(parse_key(&[b'k'; 128]).is_ok());
+        assert!(parse_key(&[b'k'; 129]).is_err());
+        assert!(parse_key(b"has space").is_err());
+        assert!(parse_key(b"").is_err());
+        assert!(parse_key("ключ".as_bytes()).is_err());
     }
 
     #[test]
     fn transient_outcomes_are_not_kept() {
         let id = uuid::Uuid::nil();
-        assert!(AppError::LockTimeout { order_id: id }.is_transient());
+        assert!(AppError::LockTimeout { order_id: Some(id) }.is_transient());
         assert!(AppError::TooBusy.is_transient());
         assert!(!AppError::SoldOut { order_id: None }.is_transient());
         assert!(!AppError::PaymentFailed { order_id: id }.is_transient());

@@ -1,5 +1,5 @@
 //! Products and their stock: creating and reading products, the audit, and every stock
-//! change under one of the three guards.
+//! change under its product's guard ([`enter`], then [`change_stock`]).
 //!
 //! The rules (what a valid product is, what a read-check-write decides, what the audit
 //! concludes) are plain functions; the SQL around them is at the bottom of each section.
@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::error::AppError;
+use crate::lock::{LockError, Recipe, Session, StockLock};
+use crate::state::AppState;
 
 /// How a product's stock is protected against concurrent buyers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +35,15 @@ impl Guard {
             Guard::ZkHerd => "zk-herd",
             Guard::PgAtomic => "pg-atomic",
             Guard::None => "none",
+        }
+    }
+
+    /// The ZooKeeper lock recipe that guards the stock, for the guards that take one.
+    pub fn recipe(self) -> Option<Recipe> {
+        match self {
+            Guard::Zk => Some(Recipe::Fair),
+            Guard::ZkHerd => Some(Recipe::Herd),
+            Guard::PgAtomic | Guard::None => None,
         }
     }
 }
@@ -261,18 +274,83 @@ pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
     .await
 }
 
-/// Restocking raises the audit's reference figure in the same transaction as the stock.
-pub async fn add_stocked_total(
-    tx: &mut Transaction<'static, Postgres>,
-    product_id: i64,
-    quantity: i32,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1")
+/// The newest fencing token that claimed the product's row.
+pub async fn fence(db: &PgPool, product_id: i64) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
         .bind(product_id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Restocking must not pass this lifetime total, so neither stock column can overflow.
+pub const MAX_STOCKED_TOTAL: i64 = MAX_STOCK * 10;
+
+/// Puts `quantity` more units on sale, through the product's guard like every stock change,
+/// raising the audit's reference figure in the same transaction; then clears the sold-out
+/// flag on every instance.
+pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Result<(), AppError> {
+    if !(1..=MAX_STOCK).contains(&quantity) {
+        return Err(AppError::invalid(format!(
+            "quantity must be between 1 and {MAX_STOCK}"
+        )));
+    }
+    if i64::from(product.stocked_total) + quantity > MAX_STOCKED_TOTAL {
+        return Err(AppError::invalid(
+            "restocking that much would pass the product's lifetime stock limit",
+        ));
+    }
+    let quantity = quantity as i32;
+    let (lock, protection) = enter(state, product, Session::Shared).await?;
+    let pause = think(state.config.stock_think());
+    let outcome = change_stock(
+        &state.db,
+        product.id,
+        Change::Return(quantity),
+        protection,
+        pause,
+    )
+    .await?;
+    let mut tx = match outcome {
+        Outcome::Applied(tx) => tx,
+        Outcome::Insufficient { .. } => {
+            return Err(AppError::invalid(
+                "restocking that much would overflow the stock",
+            ))
+        }
+        Outcome::Fenced => return Err(LockError::Lost.into()),
+    };
+    sqlx::query("UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1")
+        .bind(product.id)
         .bind(quantity)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
+    drop(lock);
+    state.sold_out.lower(&product.id.to_string()).await;
+    tracing::info!(product = product.id, quantity, "restocked");
     Ok(())
+}
+
+/// What the product's guard needs before a stock change: for `zk` and `zk-herd`, the
+/// product's lock (kept until the change commits), whose token fences the write.
+pub async fn enter(
+    state: &AppState,
+    product: &Product,
+    session: Session,
+) -> Result<(Option<StockLock>, Protection), LockError> {
+    let Some(recipe) = product.guard.recipe() else {
+        let protection = match product.guard {
+            Guard::None => Protection::Unguarded,
+            _ => Protection::Atomic,
+        };
+        return Ok((None, protection));
+    };
+    let lock = state
+        .zk
+        .lock_stock(product.id, recipe, session, state.config.lock_timeout())
+        .await?;
+    let protection = Protection::Fenced(lock.token);
+    Ok((Some(lock), protection))
 }
 
 /// A change to a product's stock.

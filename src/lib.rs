@@ -6,8 +6,10 @@
 //! # Layout
 //! - [`config`]: flags and environment, parsed once.
 //! - [`startup`]: build (connect, migrate, bind) and run (serve, shut down) the application.
-//! - [`http`]: the route table, shared state, JSON extraction, admin auth.
-//! - [`orders`]: the order flow and its statuses.
+//! - [`state`]: the handles the domain shares (pool, ZooKeeper session, flags, config).
+//! - [`http`]: the route table, extraction with our error shape, admin auth. Uses the
+//!   domain below; nothing below uses it.
+//! - [`orders`]: the order flow and its statuses, payment, the expiry sweep, the demos.
 //! - [`inventory`]: products, the audit, and stock changes under each guard.
 //! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
 //! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
@@ -27,6 +29,7 @@ pub mod lock;
 pub mod orders;
 pub mod payment;
 pub mod startup;
+pub mod state;
 
 pub use config::Config;
 pub use startup::Application;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -15,11 +15,12 @@ use tokio::sync::oneshot;
 use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
-use crate::http::{self, AppState};
+use crate::http;
 use crate::inventory;
 use crate::lock::Zk;
+use crate::orders::{self, demo::Holds};
 use crate::payment::Provider;
-use crate::{idempotency, orders};
+use crate::state::AppState;
 
 pub struct Application {
     listener: TcpListener,
@@ -88,6 +89,7 @@ impl Application {
             sold_out,
             demo,
             events,
+            holds: Holds::default(),
             config: Arc::new(config),
         };
         Ok(Application { listener, state })
@@ -116,7 +118,7 @@ impl Application {
         let zk = state.zk.clone();
         let db = state.db.clone();
         let grace = Duration::from_millis(state.config.shutdown_grace_ms);
-        let sweeper = tokio::spawn(sweep(state.clone()));
+        let sweeper = tokio::spawn(orders::sweep::run(state.clone()));
         let events = state.events.clone();
 
         let (stopping, stopped) = oneshot::channel::<()>();
@@ -148,27 +150,5 @@ impl Application {
             tracing::warn!("PostgreSQL connections still busy after 5s; exiting anyway");
         }
         Ok(())
-    }
-}
-
-/// The background work every instance does: expire unpaid reservations, forget old
-/// Idempotency-Keys. Safe to run on all instances at once.
-async fn sweep(state: AppState) {
-    let interval = Duration::from_millis(state.config.expiry_interval_ms);
-    let key_ttl = Duration::from_secs(state.config.idempotency_ttl_s);
-    let mut purged_at: Option<Instant> = None;
-    loop {
-        tokio::time::sleep(interval).await;
-        match orders::expire_due(&state).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(expired = n, "returned the stock of unpaid reservations"),
-            Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
-        }
-        if purged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
-            purged_at = Some(Instant::now());
-            if let Err(e) = idempotency::purge(&state.db, key_ttl).await {
-                tracing::warn!(error = %e, "purging old idempotency keys failed");
-            }
-        }
     }
 }

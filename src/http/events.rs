@@ -9,7 +9,7 @@ use axum::Router;
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::AppState;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/events", get(events))

@@ -6,7 +6,8 @@ use axum::routing::get;
 use axum::Router;
 use serde_json::{json, Value};
 
-use super::{AppState, Json};
+use super::Json;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -1,48 +1,30 @@
-//! The HTTP edge: shared state, the one route table, and the pieces every route shares
-//! (JSON extraction with our error shape, the body-size cap, admin auth, 404/405 fallbacks).
+//! The HTTP edge: the one route table, and the pieces every route shares (JSON and path
+//! extraction with our error shape, the body-size cap, admin auth, 404/405 fallbacks, and a
+//! last net that gives any other error answer our JSON shape). Handlers parse, authorize,
+//! call the domain and answer; the domain never sees this module.
 
 mod events;
 mod health;
 mod orders;
 mod products;
 
-use std::sync::Arc;
-
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use sqlx::PgPool;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::error::AppError;
-use crate::events::Events;
-use crate::flags::Flags;
-use crate::lock::Zk;
-use crate::payment::Provider;
+use crate::state::AppState;
 
 /// Largest request body any route accepts.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
-
-/// What handlers share. Cheap to clone: every field is a handle.
-#[derive(Clone)]
-pub struct AppState {
-    pub db: PgPool,
-    pub zk: Zk,
-    pub payment: Provider,
-    /// Products sold out, by id.
-    pub sold_out: Flags,
-    /// Armed teaching-page demos, `{product}-{mode}`.
-    pub demo: Flags,
-    /// Live updates for the teaching page.
-    pub events: Events,
-    pub config: Arc<Config>,
-}
 
 /// The route table. Each resource module owns its routes; this is where they meet.
 pub fn router(state: AppState) -> Router {
@@ -57,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .fallback_service(static_files)
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
+        .layer(middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(reject_large_bodies))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
@@ -97,6 +80,61 @@ async fn time_limit(request: Request, next: Next, limit: std::time::Duration) ->
         Ok(response) => response,
         Err(_) => {
             AppError::Unavailable(anyhow::anyhow!("request took over {limit:?}")).into_response()
+        }
+    }
+}
+
+/// The last net: an error answer that is not JSON yet (from the static files, or a rejection
+/// no extractor of ours saw) gets our shape, with the same status.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    // Such bodies are short texts (or empty); anything longer is not worth quoting.
+    let text = match axum::body::to_bytes(response.into_body(), 1024).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let error = match status {
+        StatusCode::NOT_FOUND => AppError::RouteNotFound,
+        StatusCode::METHOD_NOT_ALLOWED => AppError::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => AppError::PayloadTooLarge(MAX_BODY_BYTES),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => AppError::UnsupportedMediaType,
+        s if s.is_client_error() => AppError::InvalidRequest(message),
+        _ => AppError::Internal(anyhow::anyhow!("{status}: {message}")),
+    };
+    let mut answer = error.into_response();
+    // Keep the status even where our variant would pick a neighbour (e.g. 408, 422).
+    *answer.status_mut() = status;
+    answer
+}
+
+/// `axum::extract::Path`, but its rejections (a segment that is not valid UTF-8, say) answer
+/// 400 in our error shape.
+pub struct Path<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    axum::extract::Path<T>: FromRequestParts<S, Rejection = PathRejection>,
+    S: Send + Sync,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(r) => Err(AppError::InvalidRequest(r.body_text())),
         }
     }
 }

@@ -1,16 +1,20 @@
 //! `/orders`: buying, paying a reservation, and looking an order up.
 
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
 
-use super::{parse_id, AppState, Json};
-use crate::error::AppError;
+use super::{parse_id, Json, Path};
+use crate::error::{json_response, AppError};
 use crate::idempotency::{self, Reply};
 use crate::orders::{self, NewOrder, Order};
+use crate::state::AppState;
+
+/// The header that makes a `POST /orders` safe to retry.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -27,13 +31,28 @@ async fn create(
     headers: HeaderMap,
     Json(new): Json<NewOrder>,
 ) -> Result<Response, AppError> {
-    let key = idempotency::key(&headers)?;
+    let key = headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|raw| idempotency::parse_key(raw.as_bytes()))
+        .transpose()?;
     // Before the key is stored: a request that can never be valid is not worth remembering.
     new.validate().map_err(AppError::InvalidRequest)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
     let task = tokio::spawn(async move { idempotency::place(&state, key, new, client_gone).await });
     let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;
-    Ok(axum::response::IntoResponse::into_response(reply))
+    Ok(reply.into_response())
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = json_response(self.status, self.body);
+        if self.replayed {
+            response
+                .headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
+        response
+    }
 }
 
 /// Pays a reservation made with `"pay": false`. Paying a paid order again answers it as is.

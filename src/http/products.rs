@@ -1,16 +1,17 @@
 //! `/api/products`: setting up and restocking a sale (admin), reading products, the audit.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use super::{parse_id, require_admin, AppState, Json};
+use super::{parse_id, require_admin, Json, Path};
 use crate::error::AppError;
-use crate::inventory::{self, Audit, Change, Guard, NewProduct, Outcome, Product};
-use crate::lock::{LockError, QueueView, Recipe, Session};
-use crate::orders::{self, Demo};
+use crate::inventory::{self, Audit, NewProduct, Product};
+use crate::lock::QueueView;
+use crate::orders::demo::Demo;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -80,8 +81,7 @@ struct Restock {
     quantity: i64,
 }
 
-/// Puts more units on sale, through the product's guard like every stock change, and clears
-/// the sold-out flag on every instance.
+/// Puts more units on sale (see [`inventory::restock`]).
 async fn restock(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -89,53 +89,8 @@ async fn restock(
     Json(restock): Json<Restock>,
 ) -> Result<Json<Product>, AppError> {
     require_admin(&state.config, &headers)?;
-    if !(1..=inventory::MAX_STOCK).contains(&restock.quantity) {
-        return Err(AppError::invalid(format!(
-            "quantity must be between 1 and {}",
-            inventory::MAX_STOCK
-        )));
-    }
     let product = find(&state, &id).await?;
-    // Bounded like a new product's stock, so neither column can overflow in the write.
-    if i64::from(product.stocked_total) + restock.quantity > inventory::MAX_STOCK * 10 {
-        return Err(AppError::invalid(
-            "restocking that much would pass the product's lifetime stock limit",
-        ));
-    }
-    let quantity = restock.quantity as i32;
-    let (lock, protection) = orders::enter(&state, &product, Session::Shared)
-        .await
-        .map_err(|e| match e {
-            LockError::TooBusy => AppError::TooBusy,
-            e => AppError::Unavailable(e.into()),
-        })?;
-    let outcome = inventory::change_stock(
-        &state.db,
-        product.id,
-        Change::Return(quantity),
-        protection,
-        inventory::think(state.config.stock_think()),
-    )
-    .await?;
-    match outcome {
-        Outcome::Applied(mut tx) => {
-            inventory::add_stocked_total(&mut tx, product.id, quantity).await?;
-            tx.commit().await?;
-        }
-        Outcome::Insufficient { .. } => {
-            return Err(AppError::invalid(
-                "restocking that much would overflow the stock",
-            ))
-        }
-        Outcome::Fenced => {
-            return Err(AppError::Unavailable(anyhow::anyhow!(
-                "lock lost while restocking"
-            )))
-        }
-    }
-    drop(lock);
-    state.sold_out.lower(&product.id.to_string()).await;
-    tracing::info!(product = product.id, quantity, "restocked");
+    inventory::restock(&state, &product, restock.quantity).await?;
     Ok(Json(find(&state, &id).await?))
 }
 
@@ -146,16 +101,12 @@ async fn lock(
     Path(id): Path<String>,
 ) -> Result<Json<QueueView>, AppError> {
     let product = find(&state, &id).await?;
-    let recipe = match product.guard {
-        Guard::Zk => Recipe::Fair,
-        Guard::ZkHerd => Recipe::Herd,
-        other => {
-            return Err(AppError::invalid(format!(
-                "product {} uses the {} guard, which takes no lock",
-                product.id,
-                other.as_str()
-            )))
-        }
+    let Some(recipe) = product.guard.recipe() else {
+        return Err(AppError::invalid(format!(
+            "product {} uses the {} guard, which takes no lock",
+            product.id,
+            product.guard.as_str()
+        )));
     };
     let view = state
         .zk
@@ -183,7 +134,7 @@ async fn demo(
         return Err(AppError::DemoDisabled);
     }
     let product = find(&state, &id).await?;
-    if !matches!(product.guard, Guard::Zk | Guard::ZkHerd) {
+    if product.guard.recipe().is_none() {
         return Err(AppError::invalid(
             "demos need a product guarded by a ZooKeeper lock (zk or zk-herd)",
         ));

@@ -269,6 +269,80 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             json!({ "quantity": 0 }).to_string(),
         )
         .auth(ADMIN_TOKEN),
+        // Every answer is JSON, also where axum or the static files answer for us.
+        case(
+            "invalid UTF-8 in a product id",
+            get.clone(),
+            "/api/products/%FF",
+            "",
+        ),
+        case(
+            "invalid UTF-8 in an order id",
+            get.clone(),
+            "/orders/%C3%28",
+            "",
+        ),
+        case(
+            "invalid UTF-8 in an order to pay",
+            post.clone(),
+            "/orders/%FF/pay",
+            "",
+        ),
+        case(
+            "invalid UTF-8 on an admin route",
+            post.clone(),
+            "/api/products/%FF/restock",
+            json!({ "quantity": 1 }).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "restock of an unknown product",
+            post.clone(),
+            "/api/products/424242/restock",
+            json!({ "quantity": 1 }).to_string(),
+        )
+        .auth(ADMIN_TOKEN)
+        .expect(StatusCode::NOT_FOUND, "unknown_product"),
+        case(
+            "restock without a body",
+            post.clone(),
+            format!("/api/products/{product}/restock"),
+            "",
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "demo with an unknown mode",
+            post.clone(),
+            format!("/api/products/{product}/demo"),
+            json!({ "mode": "meteor" }).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "wrong method on an admin route",
+            Method::DELETE,
+            format!("/api/products/{product}/restock"),
+            "",
+        )
+        .auth(ADMIN_TOKEN)
+        .expect(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        case("POST to a static file", post.clone(), "/index.html", "")
+            .expect(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        case(
+            "PUT to an unknown static path",
+            Method::PUT,
+            "/nothing.css",
+            "",
+        )
+        .expect(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        case("unknown static file", get.clone(), "/nothing.css", "")
+            .expect(StatusCode::NOT_FOUND, "not_found"),
+        case(
+            "a path out of the static folder",
+            get.clone(),
+            "/..%2fCargo.toml",
+            "",
+        )
+        .expect(StatusCode::NOT_FOUND, "not_found"),
     ];
 
     let client = http();

@@ -10,11 +10,9 @@ use crate::helpers::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_lock_holder_does_not_stall_the_sale() {
     let env = TestEnv::new().await;
-    // Short sessions so the dead holder's node goes quickly; wide critical sections so the
-    // kill lands while it holds the lock.
-    let flags = [
-        "--stock-think-ms",
-        "300",
+    // Short sessions so the dead holder's node goes quickly. Only the doomed instance thinks,
+    // and for far longer than the test needs to kill it: it cannot finish its order first.
+    let common = [
         "--zk-session-timeout-ms",
         "2000",
         "--db-statement-timeout-ms",
@@ -22,28 +20,32 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
         "--lock-timeout-ms",
         "30000",
     ];
-    let (mut servers, urls) = three_instances(&env, &flags).await;
+    let doomed_flags = [&common[..], &["--stock-think-ms", "600000"]].concat();
+    let mut doomed_instance = env.spawn_process("instance-0", &doomed_flags).await;
+    let mut survivors = Vec::new();
+    for i in 1..3 {
+        survivors.push(env.spawn_process(&format!("instance-{i}"), &common).await);
+    }
+    let urls: Vec<String> = survivors.iter().map(|s| s.base_url.clone()).collect();
     let stock = 5;
     let product = create_product(&urls[0], stock, "zk").await;
 
-    // Instance-0 takes the lock first; the crowd then queues behind it on the others.
-    let doomed = spawn_order(&urls[0], product, "doomed");
+    // Instance-0 takes the lock first and claims the row: it is inside the critical section.
+    let doomed = spawn_order(&doomed_instance.base_url, product, "doomed");
+    let token = env
+        .wait_for_fence_past(product, 0, "instance-0 to claim the row")
+        .await;
     let watcher = env.zk_client().await;
-    let victim = servers[0].instance.clone();
-    wait_until(
-        Duration::from_secs(30),
-        "instance-0 to hold the lock",
-        || async {
-            let queue = env.lock_queue(&watcher, product).await;
-            queue
-                .first()
-                .is_some_and(|(_, owner)| owner.starts_with(&victim))
-                .then_some(())
-        },
-    )
-    .await;
+    let queue = env.lock_queue(&watcher, product).await;
+    assert!(
+        queue
+            .first()
+            .is_some_and(|(_, owner)| owner == "instance-0"),
+        "instance-0 holds the lock: {queue:?}"
+    );
+    // The crowd queues behind it on the others.
     let sale = tokio::spawn({
-        let urls = urls[1..].to_vec();
+        let urls = urls.clone();
         async move { flash_sale(&urls, product, 30).await }
     });
     wait_until(
@@ -52,7 +54,11 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
         || async { (env.lock_queue(&watcher, product).await.len() > 1).then_some(()) },
     )
     .await;
-    servers[0].child.start_kill().expect("kill -9 instance-0");
+    assert_eq!(env.fence(product).await, token, "nobody else got in yet");
+    doomed_instance
+        .child
+        .start_kill()
+        .expect("kill -9 instance-0");
     assert!(
         doomed.await.unwrap().is_err(),
         "the killed instance answered nobody"
@@ -81,6 +87,12 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
     }
     let audit = audit(&urls[1], product).await;
     assert_eq!(audit["consistent"], true, "{audit}");
+    let doomed_status: String =
+        sqlx::query_scalar("SELECT status FROM orders WHERE user_id = 'doomed'")
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+    assert_eq!(doomed_status, "created", "the killed order sold nothing");
     assert_eq!(
         audit["sold"], stock,
         "the survivors sold everything: {audit}"
@@ -91,18 +103,17 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_that_times_out_leaves_no_node_and_the_queue_moves_on() {
     let env = TestEnv::new().await;
-    let holder = env
-        .spawn_app(&["--stock-think-ms", "1500", "--instance", "holder"])
-        .await;
+    let holder = env.spawn_app(&["--instance", "holder"]).await;
     let impatient = env
         .spawn_app(&["--lock-timeout-ms", "300", "--instance", "impatient"])
         .await;
     let product = create_product(&holder.base_url, 5, "zk").await;
     let watcher = env.zk_client().await;
 
+    // The holder stays inside its critical section until we let it go.
+    let mut hold = holder.holds.hold_next(product);
     let held = spawn_order(&holder.base_url, product, "first");
-    env.wait_for_queue(&watcher, product, 1, "the holder's node")
-        .await;
+    hold.reached().await;
 
     let timed_out = place_order(&http(), &impatient.base_url, product, "second")
         .await
@@ -126,6 +137,8 @@ async fn a_waiter_that_times_out_leaves_no_node_and_the_queue_moves_on() {
     )
     .await;
 
+    assert!(!held.is_finished(), "the holder held throughout");
+    hold.release();
     assert_eq!(held.await.unwrap().unwrap().status, StatusCode::CREATED);
     let retried = place_order(&http(), &impatient.base_url, product, "second")
         .await
@@ -184,18 +197,16 @@ async fn a_declined_payment_returns_the_stock() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_buyer_who_hangs_up_while_queued_leaves_the_queue() {
     let env = TestEnv::new().await;
-    let holder = env
-        .spawn_app(&["--stock-think-ms", "3000", "--instance", "holder"])
-        .await;
+    let holder = env.spawn_app(&["--instance", "holder"]).await;
     let waiter = env
         .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "waiter"])
         .await;
     let product = create_product(&holder.base_url, 5, "zk").await;
     let watcher = env.zk_client().await;
 
+    let mut hold = holder.holds.hold_next(product);
     let held = spawn_order(&holder.base_url, product, "first");
-    env.wait_for_queue(&watcher, product, 1, "the holder's node")
-        .await;
+    hold.reached().await;
 
     // A client that gives up after 300 ms: it hangs up while its order waits in the queue.
     let impatient = reqwest::Client::builder()
@@ -229,6 +240,8 @@ async fn a_buyer_who_hangs_up_while_queued_leaves_the_queue() {
         },
     )
     .await;
+    assert!(!held.is_finished(), "the holder held throughout");
+    hold.release();
     assert_eq!(held.await.unwrap().unwrap().status, StatusCode::CREATED);
     assert_eq!(env.stock(product).await, 4);
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use seckill::inventory::{self, Change, Outcome, Protection};
+use tokio::sync::oneshot;
 use zookeeper_client as zk;
 
 use crate::helpers::*;
@@ -13,43 +14,28 @@ use crate::helpers::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     let env = TestEnv::new().await;
-    // The stale holder thinks for 3 s between reading and writing the stock.
-    // Its ZooKeeper connection runs through a proxy we can cut: a network partition.
+    // The stale holder's ZooKeeper connection runs through a proxy we can cut: a network
+    // partition.
     let partition = ChaosProxy::start(env.zk_connect.clone()).await;
     let stale = env
-        .spawn_app(&[
-            "--stock-think-ms",
-            "3000",
-            "--instance",
-            "stale",
-            "--zk",
-            &partition.addr,
-        ])
+        .spawn_app(&["--instance", "stale", "--zk", &partition.addr])
         .await;
     let fresh = env
         .spawn_app(&["--lock-timeout-ms", "20000", "--instance", "fresh"])
         .await;
     let product = create_product(&stale.base_url, 5, "zk").await;
 
+    // The stale holder stops between reading and writing the stock until we let it go: the
+    // long pause (a GC, a stall) of the source material.
+    let mut pause = stale.holds.hold_next(product);
     let stale_order = {
         let base = stale.base_url.clone();
         tokio::spawn(async move { place_order(&http(), &base, product, "stale-buyer").await })
     };
+    pause.reached().await;
     // Inside the critical section: the row is claimed with the stale holder's token.
-    let db = env.db.clone();
-    let stale_token: i64 = wait_until(
-        Duration::from_secs(10),
-        "the stale holder's claim",
-        || async {
-            let fence: i64 = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
-                .bind(product)
-                .fetch_one(&db)
-                .await
-                .ok()?;
-            (fence > 0).then_some(fence)
-        },
-    )
-    .await;
+    let stale_token = env.fence(product).await;
+    assert!(stale_token > 0, "the stale holder claimed the row");
 
     // Partition the stale holder from ZooKeeper, then take its session over and close it:
     // ZooKeeper ends the session and deletes its lock node, as it does once a long GC pause
@@ -81,6 +67,9 @@ async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     assert_eq!(fresh_reply.status, StatusCode::CREATED, "{fresh_reply:?}");
     assert!(fresh_reply.body["fence"].as_i64().unwrap() > stale_token);
 
+    // Only now does the stale holder wake up and write.
+    assert!(!stale_order.is_finished(), "the stale holder waited");
+    pause.release();
     let stale_reply = stale_order.await.unwrap().unwrap();
     assert_eq!(
         stale_reply.status,
@@ -113,29 +102,22 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     let product = create_product(&app.base_url, 10, "zk").await;
     let db = env.db.clone();
 
-    // Token 10 reads, then thinks; token 20 claims and sells in the meantime.
+    // Token 10 claims and reads, then pauses until told; token 20 claims and sells meanwhile.
+    let (read, has_read) = oneshot::channel::<()>();
+    let (go_on, write) = oneshot::channel::<()>();
     let older = tokio::spawn({
         let db = db.clone();
         async move {
-            inventory::change_stock(
-                &db,
-                product,
-                Change::Take(1),
-                Protection::Fenced(10),
-                tokio::time::sleep(Duration::from_millis(1500)),
-            )
-            .await
+            let pause = async move {
+                let _ = read.send(());
+                let _ = write.await;
+            };
+            inventory::change_stock(&db, product, Change::Take(1), Protection::Fenced(10), pause)
+                .await
         }
     });
-    wait_until(Duration::from_secs(10), "token 10's claim", || async {
-        let fence: i64 = sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
-            .bind(product)
-            .fetch_one(&db)
-            .await
-            .ok()?;
-        (fence == 10).then_some(())
-    })
-    .await;
+    has_read.await.expect("token 10 reached its pause");
+    assert_eq!(env.fence(product).await, 10, "token 10 claimed the row");
     match inventory::change_stock(
         &db,
         product,
@@ -148,6 +130,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
         Ok(Outcome::Applied(tx)) => tx.commit().await.unwrap(),
         _ => panic!("the newer token must be able to write"),
     }
+    go_on.send(()).expect("token 10 still paused");
     assert!(
         matches!(older.await.unwrap(), Ok(Outcome::Fenced)),
         "the older token's write must be refused"

@@ -102,6 +102,7 @@ impl TestEnv {
         let app = Application::build(config).await.expect("build the app");
         let base_url = format!("http://{}", app.local_addr());
         let zk = app.state().zk.clone();
+        let holds = app.state().holds.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(app.run(async move {
             let _ = stopped.await;
@@ -109,6 +110,7 @@ impl TestEnv {
         TestApp {
             base_url,
             zk,
+            holds,
             _stop: stop,
         }
     }
@@ -137,11 +139,7 @@ impl TestEnv {
             .strip_prefix("seckill listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line}"))
             .to_string();
-        ServerProcess {
-            child,
-            base_url,
-            instance: instance.to_string(),
-        }
+        ServerProcess { child, base_url }
     }
 
     /// A client of our own on the test's ZooKeeper, for looking at (or meddling with) locks.
@@ -175,7 +173,7 @@ impl TestEnv {
 
     /// Waits until the product's fair lock queue holds exactly `len` nodes.
     pub async fn wait_for_queue(&self, zk: &zk::Client, product_id: i64, len: usize, what: &str) {
-        wait_until(Duration::from_secs(10), what, || async {
+        wait_until(Duration::from_secs(30), what, || async {
             (self.lock_queue(zk, product_id).await.len() == len).then_some(())
         })
         .await
@@ -192,6 +190,25 @@ impl TestEnv {
         .expect("count orders")
         .into_iter()
         .collect()
+    }
+
+    /// The newest fencing token that claimed the product's row (0 before any).
+    pub async fn fence(&self, product_id: i64) -> i64 {
+        sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
+            .bind(product_id)
+            .fetch_one(&self.db)
+            .await
+            .expect("read fence")
+    }
+
+    /// Waits until a holder newer than `past` has claimed the product's row (inside its
+    /// critical section: it holds the lock); returns that holder's token.
+    pub async fn wait_for_fence_past(&self, product_id: i64, past: i64, what: &str) -> i64 {
+        wait_until(Duration::from_secs(30), what, || async {
+            let fence = self.fence(product_id).await;
+            (fence > past).then_some(fence)
+        })
+        .await
     }
 
     pub async fn stock(&self, product_id: i64) -> i32 {
@@ -213,6 +230,8 @@ impl TestEnv {
 pub struct TestApp {
     pub base_url: String,
     pub zk: seckill::lock::Zk,
+    /// Pauses this app's next lock holder of a product inside its critical section.
+    pub holds: seckill::orders::demo::Holds,
     /// Dropping it shuts the app down.
     _stop: oneshot::Sender<()>,
 }
@@ -220,7 +239,6 @@ pub struct TestApp {
 pub struct ServerProcess {
     pub child: Child,
     pub base_url: String,
-    pub instance: String,
 }
 
 /// A response, reduced to what tests look at.

@@ -101,30 +101,24 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
 #[tokio::test(flavor = "multi_thread")]
 async fn our_holder_blocks_curator() {
     let env = TestEnv::new().await;
-    let app = env
-        .spawn_app(&["--stock-think-ms", "6000", "--instance", "seckill"])
-        .await;
+    let app = env.spawn_app(&["--instance", "seckill"]).await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
+    let mut hold = app.holds.hold_next(product);
     let order = spawn_order(&app.base_url, product, "holder");
-    let watcher = env.zk_client().await;
-    env.wait_for_queue(&watcher, product, 1, "our order to hold the lock")
-        .await;
+    hold.reached().await;
 
     let attempt = curator(&env, product, &["try", "300"])
         .output()
         .await
         .expect("run java");
-    // Only meaningful while we still hold the lock (6 s of think leaves the JVM ample time).
-    assert!(
-        !order.is_finished(),
-        "our order finished before Curator tried: the test proved nothing"
-    );
+    assert!(!order.is_finished(), "our order held the lock throughout");
     assert_eq!(
         String::from_utf8_lossy(&attempt.stdout).trim(),
         "timeout",
         "Curator must not get our lock"
     );
+    hold.release();
 
     assert_eq!(order.await.unwrap().unwrap().status, StatusCode::CREATED);
     let attempt = curator(&env, product, &["try", "5000"])

@@ -422,15 +422,24 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
         .spawn_app(&[
             "--max-waiters-per-product",
             "2",
-            "--stock-think-ms",
-            "300",
             "--lock-timeout-ms",
             "30000",
         ])
         .await;
     let product = create_product(&app.base_url, 10, "zk").await;
-    let replies = flash_sale(std::slice::from_ref(&app.base_url), product, 8).await;
-    let replies: Vec<Reply> = replies.into_iter().map(Result::unwrap).collect();
+    // One holder kept inside, one waiter behind it: the instance's two places are taken.
+    let mut hold = app.holds.hold_next(product);
+    let holder = spawn_order(&app.base_url, product, "holder");
+    hold.reached().await;
+    let waiter = spawn_order(&app.base_url, product, "waiter");
+    let watcher = env.zk_client().await;
+    env.wait_for_queue(&watcher, product, 2, "the waiter to queue")
+        .await;
+    let crowd = flash_sale(std::slice::from_ref(&app.base_url), product, 6).await;
+    hold.release();
+    let mut replies: Vec<Reply> = crowd.into_iter().map(Result::unwrap).collect();
+    replies.push(holder.await.unwrap().unwrap());
+    replies.push(waiter.await.unwrap().unwrap());
     let sold = replies
         .iter()
         .filter(|r| r.status == StatusCode::CREATED)
@@ -440,7 +449,7 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
         .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
         .collect();
     assert_eq!(sold + busy.len(), 8, "{replies:?}");
-    assert!(!busy.is_empty() && sold >= 2, "{replies:?}");
+    assert_eq!((sold, busy.len()), (2, 6), "{replies:?}");
     assert!(
         busy.iter()
             .all(|r| r.code() == "too_busy" && r.retry_after.is_some()),
@@ -452,17 +461,19 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timed_out_buyer_learns_the_outcome_by_retrying_the_key() {
     let env = TestEnv::new().await;
-    let app = env
-        .spawn_app(&["--request-timeout-ms", "300", "--stock-think-ms", "1000"])
-        .await;
+    let app = env.spawn_app(&["--request-timeout-ms", "300"]).await;
     let product = create_product(&app.base_url, 5, "zk").await;
 
+    // The order stays inside its critical section until the request has timed out.
+    let mut hold = app.holds.hold_next(product);
     let timed_out = order_with_key(&app.base_url, product, "patient", "slow-1").await;
     assert_eq!(
         (timed_out.status, timed_out.code()),
         (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
     );
     assert!(timed_out.retry_after.is_some());
+    hold.reached().await;
+    hold.release();
 
     let outcome = wait_until(Duration::from_secs(10), "the order to finish", || async {
         let retry = order_with_key(&app.base_url, product, "patient", "slow-1").await;
@@ -485,8 +496,10 @@ async fn sigterm_lets_waiters_elsewhere_proceed_long_before_the_session_timeout(
         .spawn_process(
             "leaving",
             &[
+                // Far longer than the other instance needs to queue behind it (asserted
+                // below: both nodes seen at once), well inside the shutdown grace.
                 "--stock-think-ms",
-                "1500",
+                "5000",
                 "--zk-session-timeout-ms",
                 &timeout_ms,
             ],

@@ -67,9 +67,7 @@ async fn lock_view(base: &str, product: i64) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor() {
     let env = TestEnv::new().await;
-    let holder = env
-        .spawn_app(&["--stock-think-ms", "2000", "--instance", "holder"])
-        .await;
+    let holder = env.spawn_app(&["--instance", "holder"]).await;
     let other = env
         .spawn_app(&["--lock-timeout-ms", "30000", "--instance", "other"])
         .await;
@@ -79,9 +77,10 @@ async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor
     )
     .await;
 
+    let mut hold = holder.holds.hold_next(product);
     let first = spawn_order(&holder.base_url, product, "first");
     let watcher = env.zk_client().await;
-    env.wait_for_queue(&watcher, product, 1, "the holder").await;
+    hold.reached().await;
     let waiters: Vec<_> = (0..2)
         .map(|i| {
             let base = other.base_url.clone();
@@ -110,6 +109,7 @@ async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor
     }
     assert_eq!(view["waiting_here"], 2, "{view}");
 
+    hold.release();
     assert_eq!(first.await.unwrap().unwrap().status, StatusCode::CREATED);
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap().unwrap().status, StatusCode::CREATED);

@@ -1,0 +1,67 @@
+//! The naive lock (guard `zk-herd`), kept to show the herd effect: everyone tries to create
+//! the one ephemeral node `{dir}/lock` and, failing, watches it; each release wakes every
+//! waiter, of whom one wins. Unfair, and its cost grows with the crowd.
+
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use super::node::{self, OwnNode};
+
+/// Waits until we created the one node: the node, its czxid, and the wake-ups it cost.
+pub(super) async fn acquire(
+    client: &zk::Client,
+    dir: &str,
+    instance: &str,
+) -> Result<(OwnNode, i64, u64), zk::Error> {
+    let path = format!("{dir}/lock");
+    // Unique per contender, so a connection loss during create can tell whose node it is.
+    let marker = format!("{instance}#{}", uuid::Uuid::new_v4());
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let mut wakeups = 0;
+    loop {
+        let mut own = OwnNode {
+            client: client.clone(),
+            dir: dir.to_string(),
+            marker: Some(marker.clone()),
+            path: None,
+        };
+        match client.create(&path, marker.as_bytes(), &ephemeral).await {
+            // The release goes by marker (see `node::delete_by_marker`): the path is everyone's.
+            Ok((stat, _)) => return Ok((own, stat.czxid, wakeups)),
+            Err(zk::Error::NoNode) => node::make_dir(client, dir).await?,
+            Err(zk::Error::NodeExists) => match client.check_and_watch_stat(&path).await {
+                Ok((Some(_), watcher)) => {
+                    watcher.changed().await;
+                    wakeups += 1;
+                }
+                Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
+                Err(e) => return Err(e),
+            },
+            Err(zk::Error::ConnectionLoss) => {
+                if let Some(token) = find_held(client, &path, &marker).await? {
+                    return Ok((own, token, wakeups));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        // The create has answered, and not with our node: nothing to clean up.
+        own.marker = None;
+    }
+}
+
+/// After a create lost its answer: the node's czxid, if the node is ours.
+async fn find_held(
+    client: &zk::Client,
+    path: &str,
+    marker: &str,
+) -> Result<Option<i64>, zk::Error> {
+    loop {
+        match client.get_data(path).await {
+            Ok((data, stat)) => return Ok((data == marker.as_bytes()).then_some(stat.czxid)),
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! ZooKeeper locks on each product's stock — the fair one the service uses, and the naive one
+//! the teaching page compares it to — over this instance's one session.
+//!
+//! **Fair** (guard `zk`, [`fair`]): Apache Curator's `InterProcessMutex` recipe and node names
+//! `{root}/locks/stock/{product}/_c_<uuid>-lock-<seq>`. The smallest sequence holds the lock;
+//! every other contender watches only the node just before its own, so a release wakes exactly
+//! one waiter and buyers are served first come, first served. Curator on the same path
+//! excludes us and we it (tested).
+//!
+//! **Herd** (guard `zk-herd`, [`herd`]): everyone races for one ephemeral node and watches it.
+//!
+//! Both are ours rather than zookeeper-client's `Client::lock` because the page shows how
+//! many watch wake-ups each acquisition cost, which the crate's recipe cannot report; both
+//! keep its care: a contender that gives up, or is cancelled, deletes its node (even one whose
+//! create was still in flight), and a connection loss during create finds the node by its
+//! unique name. A holder that crashes loses its session and ZooKeeper deletes its node.
+//!
+//! The node's `czxid` is the fencing token: zxids grow with every write to the ensemble, and
+//! both recipes grant in creation order of the granted node, so each new holder's token is
+//! larger than the last.
+//!
+//! - [`session`]: the session, replaced when ZooKeeper expires it.
+//! - [`node`]: node names and queue order; a node of ours that deletes itself on drop.
+//! - [`view`]: the queue as the teaching page draws it.
+
+mod fair;
+mod herd;
+mod node;
+mod session;
+mod view;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use zookeeper_client as zk;
+
+pub use session::Zk;
+pub use view::{QueueView, Ticket, QUEUE_VIEW_MAX};
+
+/// What the stock path needs from a granted lock. Dropping it deletes the node (in the
+/// background), so every exit path releases, including panics and cancelled futures.
+pub struct StockLock {
+    /// Keeps the node alive; its drop is the release.
+    _node: node::OwnNode,
+    /// The node's czxid, checked by Postgres on every stock write.
+    pub token: i64,
+    /// Time from asking to holding: the queue's cost, reported to the buyer.
+    pub waited: Duration,
+    /// Watch notifications this acquisition woke up for (1 per wait in a fair queue; up
+    /// to one per release in a herd).
+    pub wakeups: u64,
+    /// Our place among this instance's waiters for the product, given back with the lock.
+    _slot: OwnedSemaphorePermit,
+}
+
+/// Which recipe guards a product's stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    Fair,
+    Herd,
+}
+
+impl Recipe {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recipe::Fair => "fair",
+            Recipe::Herd => "herd",
+        }
+    }
+}
+
+/// Which ZooKeeper session a lock is taken in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Session {
+    /// The instance's one session (every order).
+    Shared,
+    /// A session of its own, ended with the lock (demos).
+    Own,
+}
+
+/// What acquisitions of one product's lock have cost on this instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LockStats {
+    pub acquisitions: u64,
+    pub wakeups: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("lock not granted within {0:?}")]
+    Timeout(Duration),
+    #[error("lock node vanished before it could be used (session expired)")]
+    Lost,
+    #[error("too many buyers already queued for this product on this instance")]
+    TooBusy,
+    #[error("ZooKeeper unavailable")]
+    Unavailable(#[source] anyhow::Error),
+}
+
+impl Zk {
+    /// The directory holding a product's lock nodes.
+    pub fn lock_dir(&self, recipe: Recipe, product_id: i64) -> String {
+        match recipe {
+            Recipe::Fair => format!("{}/locks/stock/{product_id}", self.root()),
+            Recipe::Herd => format!("{}/locks/herd/{product_id}", self.root()),
+        }
+    }
+
+    /// What this instance's acquisitions of the product's lock have cost so far.
+    pub fn stats(&self, product_id: i64) -> LockStats {
+        let stats = self.inner.stats.lock().expect("stats poisoned");
+        stats.get(&product_id).copied().unwrap_or_default()
+    }
+
+    /// Buyers of this instance waiting for or holding the product's lock.
+    pub fn waiting_here(&self, product_id: i64) -> usize {
+        let waiters = self.inner.waiters.lock().expect("waiters poisoned");
+        waiters.get(&product_id).map_or(0, |slots| {
+            self.inner.max_waiters - slots.available_permits()
+        })
+    }
+
+    /// Waits, at most `timeout`, for the product's lock under the given recipe.
+    ///
+    /// Cancellation-safe: dropping the future (client gone, timeout) deletes our node, since a
+    /// leftover node would stall everyone queued behind it until our session ended.
+    ///
+    /// With [`Session::Own`] the lock is taken in a session of its own, which ends when the
+    /// lock is dropped: the teaching page's demos use it to lose one lock the way a paused or
+    /// crashed holder would, without touching anyone else's.
+    pub async fn lock_stock(
+        &self,
+        product_id: i64,
+        recipe: Recipe,
+        session: Session,
+        timeout: Duration,
+    ) -> Result<StockLock, LockError> {
+        let slots = {
+            let mut waiters = self.inner.waiters.lock().expect("waiters poisoned");
+            waiters
+                .entry(product_id)
+                .or_insert_with(|| Arc::new(Semaphore::new(self.inner.max_waiters)))
+                .clone()
+        };
+        let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
+        let client = match session {
+            Session::Shared => self.client(),
+            Session::Own => session::open_session(&self.inner.connect, self.inner.session_timeout)
+                .await
+                .map_err(|e| LockError::Unavailable(e.into()))?,
+        };
+        let dir = self.lock_dir(recipe, product_id);
+        let started = Instant::now();
+        let instance = self.instance();
+        let acquire = async {
+            match recipe {
+                Recipe::Fair => fair::acquire(&client, &dir, instance).await,
+                Recipe::Herd => herd::acquire(&client, &dir, instance).await,
+            }
+        };
+        let (node, token, wakeups) = match tokio::time::timeout(timeout, acquire).await {
+            Ok(Ok(acquired)) => acquired,
+            Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => {
+                return Err(LockError::Lost)
+            }
+            Ok(Err(e)) => return Err(LockError::Unavailable(e.into())),
+            // Waiting on a dead connection is an outage, not a long queue.
+            Err(_) if !session::is_connected(client.state()) => {
+                return Err(LockError::Unavailable(anyhow::anyhow!(
+                    "ZooKeeper session is {:?}",
+                    client.state()
+                )))
+            }
+            Err(_) => return Err(LockError::Timeout(timeout)),
+        };
+        {
+            let mut stats = self.inner.stats.lock().expect("stats poisoned");
+            let entry = stats.entry(product_id).or_default();
+            entry.acquisitions += 1;
+            entry.wakeups += wakeups;
+        }
+        Ok(StockLock {
+            _node: node,
+            token,
+            waited: started.elapsed(),
+            wakeups,
+            _slot: slot,
+        })
+    }
+}

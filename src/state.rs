@@ -1,0 +1,30 @@
+//! The handles the domain shares, built once in [`crate::startup`]. Cheap to clone: every
+//! field is a handle. The HTTP layer carries it as axum state; the domain takes it by
+//! reference and never sees HTTP.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::events::Events;
+use crate::flags::Flags;
+use crate::lock::Zk;
+use crate::orders::demo::Holds;
+use crate::payment::Provider;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub db: PgPool,
+    pub zk: Zk,
+    pub payment: Provider,
+    /// Products sold out, by id.
+    pub sold_out: Flags,
+    /// Armed teaching-page demos, `{product}-{mode}`.
+    pub demo: Flags,
+    /// Live updates for the teaching page.
+    pub events: Events,
+    /// Lock holders to pause inside their critical section (tests reach it in-process).
+    pub holds: Holds,
+    pub config: Arc<Config>,
+}

@@ -10,6 +10,7 @@
 //                 rate: RATE orders/s for DURATION — throughput and latency figures
 //   STOCK (100), GUARD (zk), PRICE_CENTS (4999), VUS (500), RATE (200), DURATION (10s)
 //   EXPECT_OVERSELL=1  the run is a demonstration of the `none` guard: do not fail on oversell
+//                 or lost updates (loadtest/run checks that one of them happened)
 //   RESULTS       where handleSummary writes the full JSON summary (default: none)
 import http from 'k6/http';
 import { check, fail } from 'k6';

@@ -37,7 +37,11 @@ pub fn router(state: AppState) -> Router {
         .merge(products::router())
         .merge(health::router())
         .merge(events::router())
-        .fallback_service(static_files)
+        .fallback_service(
+            tower::ServiceBuilder::new()
+                .map_request(no_nul)
+                .service(static_files),
+        )
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -57,6 +61,15 @@ pub fn router(state: AppState) -> Router {
 
 async fn not_found() -> AppError {
     AppError::RouteNotFound
+}
+
+/// A NUL in a static path cannot name a file, but the file system refuses it with an error
+/// that `ServeDir` answers 500: send such a request to a path that is simply not there.
+fn no_nul(mut request: Request) -> Request {
+    if request.uri().path().contains("%00") {
+        *request.uri_mut() = axum::http::Uri::from_static("/-");
+    }
+    request
 }
 
 /// Answers 413 from the declared length on every route, before any handler runs; bodies

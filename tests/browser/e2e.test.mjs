@@ -1,5 +1,6 @@
 // End-to-end tests of the teaching page in headless Debian Chromium, against two real
-// seckill instances (and the real PostgreSQL and ZooKeeper behind them).
+// seckill instances (and the real PostgreSQL and ZooKeeper behind them), plus a third with a
+// long ZooKeeper root for the phone layout test.
 //
 // Run by scripts/test, which provides:
 //   SECKILL_BIN      the server binary
@@ -29,14 +30,14 @@ function need(name) {
 }
 
 // Starts one instance on a free loopback port; resolves with its base URL.
-function startServer(instance) {
+function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) {
   const child = spawn(
     need('SECKILL_BIN'),
     [
       '--listen', '127.0.0.1:0',
       '--database-url', need('E2E_DATABASE_URL'),
       '--zk', need('SECKILL_ZK'),
-      '--zk-root', `/seckill-e2e/${process.pid}`,
+      '--zk-root', zkRoot,
       '--admin-token', ADMIN,
       '--allow-unsafe-guards',
       // The source material's sleep: a browser sends only ~6 requests at a time, and the
@@ -100,6 +101,19 @@ after(async () => {
   for (const child of servers) child.kill('SIGTERM');
 });
 
+// `count` buyers named `{prefix}-{i}` order one unit each, all at once, without the page.
+function buyAll(base, product, count, prefix) {
+  return Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      fetch(`${base}/orders`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ product_id: product, user_id: `${prefix}-${i}` }),
+      }),
+    ),
+  );
+}
+
 test('the page loads, lists products live and buys one', async () => {
   const id = await createProduct(a, 5, 'zk');
   const page = await openPage(a);
@@ -126,15 +140,7 @@ test('the simulator sells a zk product exactly and shows a none product oversell
   await page.fill('#sim-buyers', '120');
 
   // Buyers through the second instance too: one queue across instances.
-  const elsewhere = Promise.all(
-    Array.from({ length: 20 }, (_, i) =>
-      fetch(`${b}/orders`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ product_id: zk, user_id: `elsewhere-${i}` }),
-      }),
-    ),
-  );
+  const elsewhere = buyAll(b, zk, 20, 'elsewhere');
   await page.click('#sim-run');
   await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
   await page.screenshot({ path: join(shots, 'queue-during-sale.png'), fullPage: true });
@@ -182,6 +188,27 @@ test('the page fits a phone screen', async () => {
   );
   assert.deepEqual(wide, [], 'elements wider than the screen');
   await page.screenshot({ path: join(shots, 'phone.png'), fullPage: true });
+  await page.close();
+});
+
+test('long ZooKeeper paths and lock owners wrap on a phone screen', async () => {
+  // 60 characters without a break after /seckill-e2e/, like a CI job's root; the instance name
+  // is the owner every ticket shows, just as unbroken.
+  const root = `/seckill-e2e/${`long-root-${process.pid}-`.padEnd(60, '0123456789abcdef')}`;
+  const phone = await startServer(`e2e-phone-${'0123456789'.repeat(4)}`, { zkRoot: root });
+  const zk = await createProduct(phone, 40, 'zk');
+  const page = await openPage(phone, { width: 375, height: 812 });
+  await page.locator(`.product[data-product="${zk}"]`).waitFor();
+  await page.selectOption('#queue-product', String(zk));
+  await page.locator('#queue-path', { hasText: `${root}/locks/` }).waitFor({ timeout: 10_000 });
+
+  // Buyers, so tickets with their owners join the path on screen.
+  const buyers = buyAll(phone, zk, 40, 'phone');
+  await page.locator('#queue .ticket').first().waitFor({ timeout: 15_000 });
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  await page.screenshot({ path: join(shots, 'phone-long-root.png'), fullPage: true });
+  await buyers;
+  assert.ok(width <= 375, `the page is ${width} px wide on a 375 px screen`);
   await page.close();
 });
 

@@ -59,7 +59,14 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STOCK_THINK_MS", default_value_t = 0)]
     pub stock_think_ms: u64,
 
-    /// Most buyers one instance lets wait for one product's lock; beyond it, 429 `too_busy`.
+    /// Most orders of one product a lock cycle serves, for products created without their own
+    /// `batch_max`. 1 makes every order take the lock for itself (per-request locking).
+    #[arg(long, env = "SECKILL_BATCH_MAX", default_value_t = 256,
+          value_parser = clap::value_parser!(i32).range(1..=4096))]
+    pub batch_max: i32,
+
+    /// Most buyers one instance lets wait for (or be served under) one product's guard;
+    /// beyond it, 429 `too_busy`.
     #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 512)]
     pub max_waiters_per_product: usize,
 

@@ -172,6 +172,20 @@ impl AppError {
         }
     }
 
+    /// The same error for another order of a batch that failed as a whole.
+    pub fn again_for(&self, id: Uuid) -> AppError {
+        use AppError::*;
+        let again = match self {
+            LockLost { .. } => LockLost { order_id: None },
+            LockTimeout { .. } => LockTimeout { order_id: None },
+            TooBusy => TooBusy,
+            Unavailable(cause) => Unavailable(anyhow::anyhow!("{cause:#}")),
+            Internal(cause) => Internal(anyhow::anyhow!("{cause:#}")),
+            other => Internal(anyhow::anyhow!("a batch failed with {}", other.code())),
+        };
+        again.for_order(id)
+    }
+
     /// Names the order the error happened to, on the errors that can carry one.
     pub fn for_order(mut self, id: Uuid) -> Self {
         use AppError::*;

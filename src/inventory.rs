@@ -4,7 +4,9 @@
 //! The rules (what a valid product is, what a read-check-write decides, what the audit
 //! concludes) are plain functions; the SQL around them is at the bottom of each section.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +81,8 @@ pub struct Product {
     pub reservation_ttl_s: i32,
     #[sqlx(try_from = "String")]
     pub guard: Guard,
+    /// Most orders one lock cycle serves (1: each order takes the lock for itself).
+    pub batch_max: i32,
     /// Whether the answering instance has the product flagged sold out (see `soldout`).
     #[sqlx(skip)]
     pub sold_out: bool,
@@ -96,6 +100,8 @@ pub struct NewProduct {
     pub max_per_order: Option<i64>,
     pub per_user_limit: Option<i64>,
     pub reservation_ttl_s: Option<i64>,
+    /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
+    pub batch_max: Option<i64>,
 }
 
 fn default_guard() -> Guard {
@@ -107,6 +113,7 @@ pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
 pub const MAX_PER_ORDER: i64 = 1_000;
 pub const MAX_PER_USER: i64 = 1_000_000;
 pub const MAX_RESERVATION_TTL_S: i64 = 7 * 24 * 3600;
+pub const MAX_BATCH: i64 = 4096;
 
 impl NewProduct {
     /// Checks the product against the sale's rules; the message names the broken one.
@@ -145,6 +152,16 @@ impl NewProduct {
                 return Err(format!(
                     "reservation_ttl_s must be between 1 and {MAX_RESERVATION_TTL_S}"
                 ));
+            }
+        }
+        if let Some(batch) = self.batch_max {
+            if !(1..=MAX_BATCH).contains(&batch) {
+                return Err(format!("batch_max must be between 1 and {MAX_BATCH}"));
+            }
+            if batch > 1 && self.guard == Guard::None {
+                return Err(
+                    "guard \"none\" serves one order at a time: batch_max must be 1".into(),
+                );
             }
         }
         if self.guard == Guard::None && !allow_unsafe_guards {
@@ -188,15 +205,24 @@ impl From<&Product> for Audit {
 // `sold` counts the statuses whose units are out of stock and spoken for: reserved, paying
 // (a payment claimed it) and paid.
 const PRODUCT_COLUMNS: &str = "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order,
-    p.per_user_limit, p.reservation_ttl_s, p.guard,
+    p.per_user_limit, p.reservation_ttl_s, p.guard, p.batch_max,
     COALESCE((SELECT SUM(o.quantity) FROM orders o
               WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS sold";
 
-pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Error> {
+/// Puts a product on sale; `default_batch` is the server's `--batch-max`.
+pub async fn create(
+    db: &PgPool,
+    new: &NewProduct,
+    default_batch: i32,
+) -> Result<Product, sqlx::Error> {
+    let batch = match new.guard {
+        Guard::None => 1,
+        _ => new.batch_max.map_or(default_batch, |b| b as i32),
+    };
     let sql = format!(
         "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
-                                      per_user_limit, reservation_ttl_s)
-                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600))
+                                      per_user_limit, reservation_ttl_s, batch_max)
+                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8)
                     RETURNING *)
          SELECT {PRODUCT_COLUMNS} FROM p"
     );
@@ -208,13 +234,18 @@ pub async fn create(db: &PgPool, new: &NewProduct) -> Result<Product, sqlx::Erro
         .bind(new.guard.as_str())
         .bind(new.per_user_limit.map(|m| m as i32))
         .bind(new.reservation_ttl_s.map(|t| t as i32))
+        .bind(batch)
         .fetch_one(db)
         .await
 }
 
 /// Creates the demo products unless some product exists. Several instances may start at
 /// once, so the check and the inserts run under a transaction-scoped advisory lock.
-pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sqlx::Error> {
+pub async fn seed_demo(
+    db: &PgPool,
+    allow_unsafe_guards: bool,
+    default_batch: i32,
+) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('seckill.seed_demo'))")
         .execute(&mut *tx)
@@ -223,20 +254,29 @@ pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sql
         .fetch_one(&mut *tx)
         .await?;
     if empty {
-        let mut demo = vec![("Mechanical keyboard (zk guard)", Guard::Zk)];
-        if allow_unsafe_guards {
-            // The teaching set: the same sale unguarded, and under the naive herd lock.
-            demo.push(("Mechanical keyboard (no lock: oversells)", Guard::None));
-            demo.push(("Mechanical keyboard (zk-herd: naive lock)", Guard::ZkHerd));
+        let demo = if allow_unsafe_guards {
+            // The teaching set: one lock per order (the queue shows every buyer), the same
+            // sale unguarded and under the naive herd lock, and one lock cycle per batch.
+            vec![
+                ("Mechanical keyboard (zk, a lock per order)", Guard::Zk, 1),
+                ("Mechanical keyboard (no lock: oversells)", Guard::None, 1),
+                ("Mechanical keyboard (zk-herd: naive lock)", Guard::ZkHerd, 1),
+                ("Mechanical keyboard (zk, batched lock)", Guard::Zk, default_batch),
+            ]
         } else {
-            demo.push(("Mechanical keyboard (pg-atomic guard)", Guard::PgAtomic));
-        }
-        for (name, guard) in demo {
+            vec![
+                ("Mechanical keyboard (zk guard)", Guard::Zk, default_batch),
+                ("Mechanical keyboard (pg-atomic guard)", Guard::PgAtomic, default_batch),
+            ]
+        };
+        for (name, guard, batch) in demo {
             sqlx::query(
-                "INSERT INTO products (name, price_cents, stock, stocked_total, guard) VALUES ($1, 4999, 100, 100, $2)",
+                "INSERT INTO products (name, price_cents, stock, stocked_total, guard, batch_max)
+                 VALUES ($1, 4999, 100, 100, $2, $3)",
             )
             .bind(name)
             .bind(guard.as_str())
+            .bind(batch)
             .execute(&mut *tx)
             .await?;
         }
@@ -244,17 +284,63 @@ pub async fn seed_demo(db: &PgPool, allow_unsafe_guards: bool) -> Result<(), sql
     tx.commit().await
 }
 
-/// The product's terms for the order path, with `sold` left at 0: the Σ over its orders
-/// grows with every sale, and a buyer's request needs the price and the rules, not the tally.
-pub async fn terms(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, price_cents, stock, stocked_total, max_per_order, per_user_limit,
-                reservation_ttl_s, guard, 0::BIGINT AS sold
-         FROM products WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await
+/// A product's terms of sale: what the order path needs, all but the stock. Fixed when the
+/// product is created, so each instance keeps them (see [`Catalog`]) instead of reading them
+/// for every order.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Terms {
+    pub id: i64,
+    pub price_cents: i64,
+    pub max_per_order: i32,
+    pub per_user_limit: i32,
+    pub reservation_ttl_s: i32,
+    #[sqlx(try_from = "String")]
+    pub guard: Guard,
+    pub batch_max: i32,
+}
+
+impl Terms {
+    /// Whether orders are combined, many per lock cycle; else each takes the guard alone.
+    pub fn batched(&self) -> bool {
+        self.batch_max > 1 && self.guard != Guard::None
+    }
+}
+
+/// This instance's copy of every product's [`Terms`], filled on first use.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    terms: Arc<RwLock<HashMap<i64, Arc<Terms>>>>,
+}
+
+impl Catalog {
+    pub async fn terms(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
+        if let Some(terms) = self.terms.read().expect("catalog poisoned").get(&id) {
+            return Ok(Some(terms.clone()));
+        }
+        let terms: Option<Terms> = sqlx::query_as(
+            "SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s, guard, batch_max
+             FROM products WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+        let Some(terms) = terms.map(Arc::new) else {
+            return Ok(None); // not cached: the product may be created later
+        };
+        self.terms
+            .write()
+            .expect("catalog poisoned")
+            .insert(id, terms.clone());
+        Ok(Some(terms))
+    }
+}
+
+/// The product's stock now.
+pub async fn stock(db: &PgPool, id: i64) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
@@ -300,7 +386,7 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
         ));
     }
     let quantity = quantity as i32;
-    let (lock, protection) = enter(state, product, Session::Shared).await?;
+    let (lock, protection) = enter(state, product.id, product.guard, Session::Shared).await?;
     let pause = think(state.config.stock_think());
     let outcome = change_stock(
         &state.db,
@@ -335,11 +421,23 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
 /// product's lock (kept until the change commits), whose token fences the write.
 pub async fn enter(
     state: &AppState,
-    product: &Product,
+    product_id: i64,
+    guard: Guard,
     session: Session,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
-    let Some(recipe) = product.guard.recipe() else {
-        let protection = match product.guard {
+    enter_within(state, product_id, guard, session, state.config.lock_timeout()).await
+}
+
+/// [`enter`], waiting at most `timeout` for the lock.
+pub async fn enter_within(
+    state: &AppState,
+    product_id: i64,
+    guard: Guard,
+    session: Session,
+    timeout: Duration,
+) -> Result<(Option<StockLock>, Protection), LockError> {
+    let Some(recipe) = guard.recipe() else {
+        let protection = match guard {
             Guard::None => Protection::Unguarded,
             _ => Protection::Atomic,
         };
@@ -347,7 +445,7 @@ pub async fn enter(
     };
     let lock = state
         .zk
-        .lock_stock(product.id, recipe, session, state.config.lock_timeout())
+        .lock_stock(product_id, recipe, session, timeout)
         .await?;
     let protection = Protection::Fenced(lock.token);
     Ok((Some(lock), protection))
@@ -377,7 +475,7 @@ pub fn next_stock(stock: i32, change: Change) -> Option<i32> {
 pub enum Protection {
     /// We hold the ZooKeeper lock whose token this is. The row must be claimed for it.
     Fenced(i64),
-    /// One conditional UPDATE; Postgres' row lock does the rest.
+    /// No lock: PostgreSQL's row lock, taken at the read and held to the commit.
     Atomic,
     /// Nothing: the unsafe demo guard.
     Unguarded,
@@ -401,9 +499,110 @@ pub enum Outcome {
 const NOTIFY: &str =
     "RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)";
 
+/// The stock, read under its guard in an open transaction, with the units the order's
+/// buyers already hold (the per-customer limit is decided with the stock), ready to be
+/// written once.
+pub struct StockRead {
+    pub tx: Transaction<'static, Postgres>,
+    pub stock: i32,
+    /// Units held per buyer asked about (buyers holding none are absent).
+    pub held: HashMap<String, i32>,
+    product_id: i64,
+    /// The write is fenced by this token, if we hold a lock.
+    token: Option<i64>,
+}
+
+/// The stock, and the buyers' holdings as two parallel arrays (NULL when none hold any).
+type StockRow = (i32, Option<Vec<String>>, Option<Vec<i32>>);
+
+pub enum Read {
+    Ready(StockRead),
+    /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
+    Fenced,
+}
+
+/// Opens the read-check-write of a product's stock under the given protection:
+///
+/// - `Fenced(token)`: claims the row for our token in its own commit, before the read: a
+///   newer holder's claim must be visible to an older holder's write, which then matches no
+///   row. Reads only if the row is still ours.
+/// - `Atomic`: reads with a row lock (`FOR UPDATE`), held to the commit.
+/// - `Unguarded`: a plain read. Nothing stops a concurrent writer: the race of the demo.
+pub async fn read_stock(
+    db: &PgPool,
+    product_id: i64,
+    protection: Protection,
+    buyers: &[String],
+) -> Result<Read, sqlx::Error> {
+    let token = match protection {
+        Protection::Fenced(token) => {
+            let claim = sqlx::query("UPDATE products SET fence = $2 WHERE id = $1 AND fence < $2")
+                .bind(product_id)
+                .bind(token)
+                .execute(db)
+                .await?;
+            if claim.rows_affected() == 0 {
+                return Ok(Read::Fenced);
+            }
+            Some(token)
+        }
+        Protection::Atomic | Protection::Unguarded => None,
+    };
+    let lock = match protection {
+        Protection::Atomic => "FOR UPDATE OF p",
+        _ => "",
+    };
+    let mut tx = db.begin().await?;
+    // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all otherwise.
+    let row: Option<StockRow> = sqlx::query_as(&format!(
+        "SELECT p.stock,
+                (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
+                 WHERE h.product_id = p.id AND h.user_id = ANY($3)),
+                (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
+                 WHERE h.product_id = p.id AND h.user_id = ANY($3))
+         FROM products p WHERE p.id = $1 AND (p.fence = $2 OR $2 IS NULL) {lock}"
+    ))
+    .bind(product_id)
+    .bind(token)
+    .bind(buyers)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((stock, users, units)) = row else {
+        return Ok(Read::Fenced);
+    };
+    let held = users
+        .unwrap_or_default()
+        .into_iter()
+        .zip(units.unwrap_or_default())
+        .collect();
+    Ok(Read::Ready(StockRead {
+        tx,
+        stock,
+        held,
+        product_id,
+        token,
+    }))
+}
+
+impl StockRead {
+    /// Writes the stock read-check-write decided on. `None` if a newer holder claimed the row
+    /// since our claim: nothing is written (the transaction rolls back when dropped).
+    pub async fn write(mut self, next: i32) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+        let written = sqlx::query(&format!(
+            "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL) {NOTIFY}"
+        ))
+        .bind(self.product_id)
+        .bind(self.token)
+        .bind(next)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        Ok(written.map(|_| self.tx))
+    }
+}
+
 /// Changes a product's stock under the given protection. `pause` runs between the read and
-/// the write of the read-check-write guards: the source material's `sleep`, which widens the
-/// race window on purpose (and where the teaching page's zombie holder stalls).
+/// the write: the source material's `sleep`, which widens the race window on purpose (and
+/// where the teaching page's zombie holder stalls).
 pub async fn change_stock(
     db: &PgPool,
     product_id: i64,
@@ -411,84 +610,19 @@ pub async fn change_stock(
     protection: Protection,
     pause: impl Future<Output = ()> + Send,
 ) -> Result<Outcome, sqlx::Error> {
-    match protection {
-        Protection::Atomic => {
-            let mut tx = db.begin().await?;
-            let sql = match change {
-                Change::Take(_) => format!(
-                    "UPDATE products SET stock = stock - $2, updated_at = now() WHERE id = $1 AND stock >= $2 {NOTIFY}"
-                ),
-                Change::Return(_) => {
-                    format!("UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1 {NOTIFY}")
-                }
-            };
-            let (Change::Take(q) | Change::Return(q)) = change;
-            let done = sqlx::query(&sql)
-                .bind(product_id)
-                .bind(q)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if done.is_some() {
-                return Ok(Outcome::Applied(tx));
-            }
-            let stock = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
-                .bind(product_id)
-                .fetch_one(&mut *tx)
-                .await?;
-            Ok(Outcome::Insufficient { tx, stock })
-        }
-        Protection::Fenced(token) => {
-            // The claim commits on its own, before the read: a newer holder's claim must be
-            // visible to an older holder's write, which then matches no row.
-            let claim = sqlx::query("UPDATE products SET fence = $2 WHERE id = $1 AND fence < $2")
-                .bind(product_id)
-                .bind(token)
-                .execute(db)
-                .await?;
-            if claim.rows_affected() == 0 {
-                return Ok(Outcome::Fenced);
-            }
-            read_check_write(db, product_id, change, Some(token), pause).await
-        }
-        Protection::Unguarded => read_check_write(db, product_id, change, None, pause).await,
-    }
-}
-
-async fn read_check_write(
-    db: &PgPool,
-    product_id: i64,
-    change: Change,
-    token: Option<i64>,
-    pause: impl Future<Output = ()> + Send,
-) -> Result<Outcome, sqlx::Error> {
-    let mut tx = db.begin().await?;
-    // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all for `none`.
-    let stock: Option<i32> = sqlx::query_scalar(
-        "SELECT stock FROM products WHERE id = $1 AND (fence = $2 OR $2 IS NULL)",
-    )
-    .bind(product_id)
-    .bind(token)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(stock) = stock else {
-        return Ok(Outcome::Fenced);
+    let read = match read_stock(db, product_id, protection, &[]).await? {
+        Read::Ready(read) => read,
+        Read::Fenced => return Ok(Outcome::Fenced),
     };
     pause.await;
-    let Some(next) = next_stock(stock, change) else {
-        return Ok(Outcome::Insufficient { tx, stock });
+    let Some(next) = next_stock(read.stock, change) else {
+        let stock = read.stock;
+        return Ok(Outcome::Insufficient { tx: read.tx, stock });
     };
-    let written = sqlx::query(&format!(
-        "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL) {NOTIFY}"
-    ))
-    .bind(product_id)
-    .bind(token)
-    .bind(next)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if written.is_none() {
-        return Ok(Outcome::Fenced);
-    }
-    Ok(Outcome::Applied(tx))
+    Ok(match read.write(next).await? {
+        Some(tx) => Outcome::Applied(tx),
+        None => Outcome::Fenced,
+    })
 }
 
 /// The ordinary pause: sleep `think` (nothing when it is zero).
@@ -511,6 +645,7 @@ mod tests {
             max_per_order: None,
             per_user_limit: None,
             reservation_ttl_s: None,
+            batch_max: None,
         }
     }
 
@@ -535,7 +670,12 @@ mod tests {
     }
 
     #[test]
-    fn unsafe_guard_needs_the_servers_consent() {
+    fn unsafe_guard_needs_the_servers_consent_and_serves_one_order_at_a_time() {
+        let mut batched_none = product(Guard::None);
+        batched_none.batch_max = Some(8);
+        assert!(batched_none.validate(true).is_err());
+        batched_none.batch_max = Some(1);
+        assert!(batched_none.validate(true).is_ok());
         assert!(product(Guard::None).validate(false).is_err());
         assert!(product(Guard::None).validate(true).is_ok());
         assert!(product(Guard::Zk).validate(false).is_ok());
@@ -544,7 +684,9 @@ mod tests {
     #[test]
     fn product_fields_are_bounded() {
         type Breaker = fn(&mut NewProduct);
-        let cases: [(Breaker, &str); 9] = [
+        let cases: [(Breaker, &str); 11] = [
+            (|p| p.batch_max = Some(0), "batch_max"),
+            (|p| p.batch_max = Some(MAX_BATCH + 1), "batch_max"),
             (|p| p.name = "a\0b".into(), "name"),
             (|p| p.name = "  ".into(), "name"),
             (|p| p.name = "x".repeat(201), "name"),

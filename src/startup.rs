@@ -16,9 +16,9 @@ use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
 use crate::http;
-use crate::inventory;
+use crate::inventory::{self, Catalog};
 use crate::lock::Zk;
-use crate::orders::{self, demo::Holds};
+use crate::orders::{self, combiner::Combiner, demo::Holds};
 use crate::payment::Provider;
 use crate::state::AppState;
 
@@ -52,7 +52,7 @@ impl Application {
             .await
             .context("running database migrations")?;
         if config.seed_demo {
-            inventory::seed_demo(&db, config.allow_unsafe_guards)
+            inventory::seed_demo(&db, config.allow_unsafe_guards, config.batch_max)
                 .await
                 .context("creating the demo products")?;
         }
@@ -90,6 +90,8 @@ impl Application {
             demo,
             events,
             holds: Holds::default(),
+            catalog: Catalog::default(),
+            combiner: Combiner::default(),
             config: Arc::new(config),
         };
         Ok(Application { listener, state })

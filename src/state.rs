@@ -9,7 +9,9 @@ use sqlx::PgPool;
 use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
+use crate::inventory::Catalog;
 use crate::lock::Zk;
+use crate::orders::combiner::Combiner;
 use crate::orders::demo::Holds;
 use crate::payment::Provider;
 
@@ -26,5 +28,9 @@ pub struct AppState {
     pub events: Events,
     /// Lock holders to pause inside their critical section (tests reach it in-process).
     pub holds: Holds,
+    /// Every product's terms of sale, kept after the first read.
+    pub catalog: Catalog,
+    /// Orders waiting, per product, for their lock cycle on this instance.
+    pub combiner: Combiner,
     pub config: Arc<Config>,
 }

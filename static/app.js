@@ -4,11 +4,13 @@
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const products = new Map(); // id -> product
-const lockStats = new Map(); // id -> {acquisitions, wakeups}
+const lockStats = new Map(); // id -> {acquisitions, wakeups, orders}
 let queueProduct = null;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const fmtMoney = (cents) => (cents / 100).toLocaleString(undefined, { style: 'currency', currency: 'USD' });
+// Ratios: exact ones stay exact (1, not 1.00), so "a lock per order" reads as 1.
+const ratio = (n, d) => (d ? (Number.isInteger(n / d) ? String(n / d) : (n / d).toFixed(2)) : '–');
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
 async function api(path, options = {}) {
@@ -36,13 +38,29 @@ function renderProducts() {
     ? list.map(productCard).join('')
     : '<p class="hint">No products yet: create one below (admin token), or run <code>scripts/demo</code>.</p>';
   fillSelect($('#buy-product'), list);
-  for (const lane of document.querySelectorAll('.lane')) fillSelect($('.lane-product', lane), list);
+  for (const lane of document.querySelectorAll('.lane')) {
+    fillSelect($('.lane-product', lane), list);
+    showLaneGuarding(lane);
+  }
   fillSelect($('#queue-product'), list.filter(locked));
   fillSelect($('#demo-product'), list.filter(locked));
   renderHerd();
 }
 
 const locked = (p) => p.guard === 'zk' || p.guard === 'zk-herd';
+const batched = (p) => p.batch_max > 1 && p.guard !== 'none';
+
+// How the product is guarded, batching included: the difference the lanes compare.
+function guarding(p) {
+  if (p.guard === 'none') return 'no lock: each order alone, racing the others';
+  const cycle = locked(p) ? 'lock cycle' : 'transaction';
+  if (!batched(p)) return locked(p) ? 'a lock per order' : 'a transaction per order';
+  return `batched: up to ${p.batch_max} orders per ${cycle}`;
+}
+
+const shortGuarding = (p) => (batched(p) ? `${p.guard}, batched ≤${p.batch_max}` : locked(p) ? `${p.guard}, a lock per order` : p.guard);
+// In a select the name comes first, and the demo set's names already say "a lock per order".
+const optionGuarding = (p) => (batched(p) ? `${p.guard}, batched ≤${p.batch_max}` : p.guard);
 
 function productCard(p) {
   const oversold = Math.max(0, p.sold - p.stocked_total);
@@ -50,6 +68,7 @@ function productCard(p) {
   return `<article class="product" data-product="${p.id}" data-oversold="${oversold}">
     <h3>${esc(p.name)}</h3>
     <span class="badge guard-${esc(p.guard)}">${esc(p.guard)}</span>${p.sold_out ? '<span class="badge soldout">sold out</span>' : ''}
+    <div class="small" data-k="guarding" data-batch-max="${p.batch_max}">${esc(guarding(p))}</div>
     <div class="bar" role="img" aria-label="${p.sold} of ${p.stocked_total} sold"><span style="width:${pct}%"></span></div>
     <div>${fmtMoney(p.price_cents)} · <strong data-k="stock">${p.stock}</strong> left · <span data-k="sold">${p.sold}</span> sold of ${p.stocked_total}</div>
     ${oversold ? `<div class="oversold">oversold by ${oversold}</div>` : ''}
@@ -58,10 +77,10 @@ function productCard(p) {
 
 function fillSelect(select, list) {
   const previous = select.value;
-  select.innerHTML = list.map((p) => `<option value="${p.id}">#${p.id} ${esc(p.name)} (${esc(p.guard)})</option>`).join('');
+  select.innerHTML = list.map((p) => `<option value="${p.id}">#${p.id} ${esc(p.name)} (${esc(optionGuarding(p))})</option>`).join('');
   if (list.some((p) => String(p.id) === previous)) select.value = previous;
-  else if (select.dataset.prefer) {
-    const preferred = list.find((p) => p.guard === select.dataset.prefer);
+  else if (select.prefer) {
+    const preferred = list.find(select.prefer);
     if (preferred) select.value = preferred.id;
   }
 }
@@ -96,17 +115,27 @@ $('#buy').addEventListener('submit', async (event) => {
     out.className = 'result ok';
     const wait = body.lock_wait_ms === null ? 'no lock' : `waited ${body.lock_wait_ms} ms for the lock`;
     const fence = body.fence === null ? '' : `, fencing token ${body.fence}`;
-    out.innerHTML = `Order <span class="mono">${esc(body.id.slice(0, 8))}</span>: <strong data-status="${esc(body.status)}">${esc(body.status)}</strong> — ${wait}${fence}.`;
+    out.innerHTML = `Order <span class="mono">${esc(body.id.slice(0, 8))}</span>: <strong data-status="${esc(body.status)}">${esc(body.status)}</strong> — ${wait}${fence}${servedWith(body)}.`;
   } else {
     out.className = 'result err';
     out.textContent = `${status} ${body?.error ?? ''}: ${body?.message ?? 'no answer'}`;
   }
 });
 
+// The order's batch: how many orders the lock cycle (or transaction) that decided it served.
+function servedWith(order) {
+  const n = order.batch_size;
+  if (n === null || n === undefined) return '';
+  const cycle = order.fence === null ? 'transaction' : 'lock cycle';
+  const text = n === 1 ? `, in its own ${cycle}` : `, served in a ${cycle} with ${n} orders`;
+  return `<span data-batch-size="${n}">${text}</span>`;
+}
+
 $('#create').addEventListener('submit', async (event) => {
   event.preventDefault();
   const out = $('#create-result');
   const guard = $('#new-guard').value;
+  const batch = $('#new-batch').value.trim();
   const { status, body } = await api('/api/products', {
     method: 'POST',
     headers: adminHeaders(),
@@ -115,13 +144,15 @@ $('#create').addEventListener('submit', async (event) => {
       price_cents: 999,
       stock: Number($('#new-stock').value),
       guard,
+      // Empty: the server's --batch-max; `none` always serves one order at a time.
+      ...(batch && guard !== 'none' ? { batch_max: Number(batch) } : {}),
     }),
   });
   if (status === 201) {
     products.set(body.id, body);
     renderProducts();
     out.className = 'result ok';
-    out.textContent = `Created product #${body.id} (${guard}).`;
+    out.textContent = `Created product #${body.id} (${guard}, ${guarding(body)}).`;
   } else {
     out.className = 'result err';
     out.textContent = `${status} ${body?.error ?? ''}: ${body?.message ?? ''}`;
@@ -133,8 +164,38 @@ $('#create').addEventListener('submit', async (event) => {
 for (const lane of document.querySelectorAll('.lane')) {
   lane.append($('#lane-stats').content.cloneNode(true));
 }
-$('#lane-a .lane-product').dataset.prefer = 'zk';
-$('#lane-b .lane-product').dataset.prefer = 'none';
+// Under each lane's select: how its product is guarded, in full.
+const showLaneGuarding = (lane) => {
+  const p = products.get(Number($('.lane-product', lane).value));
+  $('[data-k="lane-guarding"]', lane).textContent = p ? guarding(p) : '';
+};
+for (const lane of document.querySelectorAll('.lane')) {
+  $('.lane-product', lane).addEventListener('change', () => showLaneGuarding(lane));
+}
+$('#lane-a .lane-product').prefer = (p) => p.guard === 'zk' && !batched(p);
+$('#lane-b .lane-product').prefer = (p) => p.guard === 'none';
+
+// The presets: the oversell lesson (zk vs none) and the combining one (a lock per order vs
+// batched). Each lane takes the newest matching product with stock left: a fresh sale.
+const presets = {
+  oversell: [(p) => p.guard === 'zk' && !batched(p), (p) => p.guard === 'none'],
+  batching: [(p) => p.guard === 'zk' && !batched(p), (p) => p.guard === 'zk' && batched(p)],
+};
+for (const [name, [forA, forB]] of Object.entries(presets)) {
+  $(`#preset-${name}`).addEventListener('click', () => {
+    const newest = (match) => {
+      const list = [...products.values()].filter(match).sort((x, y) => y.id - x.id);
+      return list.find((p) => p.stock > 0) ?? list[0];
+    };
+    const [pa, pb] = [newest(forA), newest(forB)];
+    if (pa) $('#lane-a .lane-product').value = pa.id;
+    if (pb) $('#lane-b .lane-product').value = pb.id;
+    for (const lane of document.querySelectorAll('.lane')) showLaneGuarding(lane);
+    const out = $('#preset-result');
+    out.className = pa && pb ? 'result' : 'result err';
+    out.textContent = pa && pb ? '' : 'No product for one of the lanes: create one above (admin).';
+  });
+}
 
 $('#sim-run').addEventListener('click', async () => {
   const button = $('#sim-run');
@@ -166,7 +227,11 @@ async function runLane(lane, productId, buyers) {
     for (const [k, v] of Object.entries(stats)) $(`[data-k="${k}"]`, lane).textContent = v;
     progress.value = answered;
   };
+  for (const k of ['elapsed', 'rate', 'per_cycle']) $(`[data-k="${k}"]`, lane).textContent = '…';
   const run = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  // This instance's counters before the sale: the lane reports only what its sale added.
+  const before = await lockView(productId);
+  const started = performance.now();
   await Promise.all(
     Array.from({ length: buyers }, async (_, i) => {
       await buyer(productId, `sim-${run}-${i}`, stats);
@@ -174,6 +239,20 @@ async function runLane(lane, productId, buyers) {
       show();
     }),
   );
+  const seconds = (performance.now() - started) / 1000;
+  $('[data-k="elapsed"]', lane).textContent = `${seconds.toFixed(2)} s`;
+  $('[data-k="rate"]', lane).textContent = (buyers / seconds).toFixed(1);
+  const after = await lockView(productId);
+  const perCycle = $('[data-k="per_cycle"]', lane);
+  if (before && after) {
+    const orders = after.stats.orders - before.stats.orders;
+    const cycles = after.stats.acquisitions - before.stats.acquisitions;
+    perCycle.textContent = ratio(orders, cycles);
+    lane.dataset.perCycle = cycles ? String(orders / cycles) : '';
+  } else {
+    perCycle.textContent = 'no lock';
+    lane.dataset.perCycle = '';
+  }
   const { body: audit } = await api(`/api/products/${productId}/audit`);
   lane.dataset.oversold = audit.oversold;
   lane.dataset.state = 'done';
@@ -191,6 +270,14 @@ async function runLane(lane, productId, buyers) {
     verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold, consistent`;
   }
   refreshLockStats(productId);
+}
+
+// The product's lock view on this instance, or null (no lock, or ZooKeeper unreachable).
+async function lockView(id) {
+  const p = products.get(id);
+  if (!p || !locked(p)) return null;
+  const { status, body } = await api(`/api/products/${id}/lock`);
+  return status === 200 ? body : null;
 }
 
 /// One buyer: one order, retried with the same Idempotency-Key on 429/503 (never sold twice).
@@ -250,8 +337,10 @@ function renderQueue(view) {
   queue.innerHTML = tickets.length ? tickets.join('') : '<li class="empty">Nobody holds the lock: the queue is empty.</li>';
   const more = view.nodes > view.waiters.length + (view.holder ? 1 : 0) ? ` (${view.nodes} nodes in all)` : '';
   const s = view.stats;
+  const p = products.get(view.product_id);
+  const nodes = p && batched(p) ? ' · batched: one node per instance, serving its queued orders' : '';
   $('#queue-stats').textContent =
-    `${view.recipe === 'fair' ? 'Fair queue' : 'Herd lock'}${more} · this instance: ${s.acquisitions} acquisitions, ${s.wakeups} watch wake-ups.`;
+    `${view.recipe === 'fair' ? 'Fair queue' : 'Herd lock'}${more}${nodes} · this instance: ${s.acquisitions} acquisitions, ${s.wakeups} watch wake-ups, ${s.orders} orders (${ratio(s.orders, s.acquisitions)} per lock cycle).`;
 }
 
 function ticket(t, holding, recipe) {
@@ -268,9 +357,9 @@ function renderHerd() {
     .map(([id, s]) => {
       const p = products.get(id);
       const per = s.acquisitions ? (s.wakeups / s.acquisitions).toFixed(2) : '–';
-      return `<tr data-product="${id}" data-guard="${esc(p.guard)}"><td>#${id}</td><td>${esc(p.guard)}</td><td>${s.acquisitions}</td><td>${s.wakeups}</td><td data-k="per">${per}</td></tr>`;
+      return `<tr data-product="${id}" data-guard="${esc(p.guard)}"><td>#${id}</td><td>${esc(shortGuarding(p))}</td><td>${s.acquisitions}</td><td>${s.wakeups}</td><td data-k="per">${per}</td><td data-k="per_cycle">${ratio(s.orders, s.acquisitions)}</td></tr>`;
     });
-  $('#herd-rows').innerHTML = rows.join('') || '<tr><td colspan="5" class="small">Run a sale on a zk or zk-herd product.</td></tr>';
+  $('#herd-rows').innerHTML = rows.join('') || '<tr><td colspan="6" class="small">Run a sale on a zk or zk-herd product.</td></tr>';
 }
 
 // ---------------------------------------------------------------- demos

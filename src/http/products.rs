@@ -43,7 +43,7 @@ async fn create(
     require_admin(&state.config, &headers)?;
     new.validate(state.config.allow_unsafe_guards)
         .map_err(AppError::InvalidRequest)?;
-    let product = inventory::create(&state.db, &new).await?;
+    let product = inventory::create(&state.db, &new, state.config.batch_max).await?;
     tracing::info!(
         product = product.id,
         guard = product.guard.as_str(),

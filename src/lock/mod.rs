@@ -79,11 +79,13 @@ pub enum Session {
     Own,
 }
 
-/// What acquisitions of one product's lock have cost on this instance.
+/// What acquisitions of one product's lock have cost on this instance, and what they served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LockStats {
     pub acquisitions: u64,
     pub wakeups: u64,
+    /// Orders served under those acquisitions: `orders / acquisitions` per lock cycle.
+    pub orders: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +115,18 @@ impl Zk {
         stats.get(&product_id).copied().unwrap_or_default()
     }
 
-    /// Buyers of this instance waiting for or holding the product's lock.
+    /// Counts `orders` served under one acquisition of the product's lock.
+    pub fn count_served(&self, product_id: i64, orders: usize) {
+        let mut stats = self.inner.stats.lock().expect("stats poisoned");
+        stats.entry(product_id).or_default().orders += orders as u64;
+    }
+
+    /// Whether the session is connected right now.
+    pub fn connected(&self) -> bool {
+        session::is_connected(self.client().state())
+    }
+
+    /// Lock cycles of this instance waiting for or holding the product's lock.
     pub fn waiting_here(&self, product_id: i64) -> usize {
         let waiters = self.inner.waiters.lock().expect("waiters poisoned");
         waiters.get(&product_id).map_or(0, |slots| {

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::events;
-use crate::inventory::{self, Outcome, Product};
+use crate::inventory::{self, Terms};
 use crate::lock::StockLock;
 use crate::state::AppState;
 
@@ -46,7 +46,7 @@ impl Demo {
 
 /// The demo this order acts out, if one is armed for the product and this order is the one
 /// that took the flag (exactly one order, across instances, gets it).
-pub async fn armed(state: &AppState, product: &Product) -> Option<Demo> {
+pub async fn armed(state: &AppState, product: &Terms) -> Option<Demo> {
     if !state.config.allow_unsafe_guards || product.guard.recipe().is_none() {
         return None;
     }
@@ -91,11 +91,10 @@ pub fn pause_for(
 }
 
 /// The crash: the holder's session ends with its lock (its node vanishes, as in a crash)
-/// before it writes anything; the order fails.
+/// before it writes anything.
 pub async fn crash(db: &PgPool, product_id: i64, order_id: Uuid, lock: StockLock) {
     let token = lock.token;
     drop(lock);
-    super::store::fail(db, order_id, "crashed").await;
     let event =
         json!({ "kind": "crash", "product_id": product_id, "order_id": order_id, "token": token });
     events::notify_demo(db, event).await;
@@ -108,10 +107,10 @@ pub async fn report_zombie(
     product_id: i64,
     order_id: Uuid,
     token: i64,
-    outcome: &Outcome,
+    fenced: bool,
 ) {
     let current = inventory::fence(db, product_id).await.unwrap_or_default();
-    let write = if matches!(outcome, Outcome::Fenced) {
+    let write = if fenced {
         "rejected"
     } else {
         "accepted"

@@ -11,19 +11,32 @@
 //!    └──lock timeout / lock lost / limit / client gone / outage──> failed (nothing sold)
 //! ```
 //!
-//! Every stock change, in either direction, goes through [`inventory::enter`] (the product's
-//! guard) and [`inventory::change_stock`], and moves the order in the same transaction as
-//! the stock.
+//! An order has no row until its fate is decided: the lock cycle that serves it writes its
+//! row in its final status in the same transaction as the stock (`created` is no longer
+//! written). A hot product's orders are **combined**: they queue per instance ([`combiner`])
+//! and one lock cycle serves up to `batch_max` of them ([`batch`]) — the ZooKeeper lock and
+//! the fence claim are paid once per batch, not once per order. A product with `batch_max`
+//! 1, or guard `none`, serves each order in a lock cycle of its own.
 //!
-//! - [`pay`]: paying a reservation, and giving units back (declines, expiries).
+//! Every stock change, in either direction, goes through [`inventory::enter`] (the product's
+//! guard) and [`inventory::read_stock`], and moves the orders in the same transaction.
+//!
+//! - [`batch`]: one lock cycle's decisions and writes.
+//! - [`combiner`]: the per-product queue whose worker runs the lock cycles.
+//! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`sweep`]: the background pass that expires reservations and settles stale payments.
 //! - [`demo`]: what a lock holder may do between its read and its write besides thinking.
 //! - `store`: the order's SQL.
 
+pub mod batch;
+pub mod combiner;
 pub mod demo;
 mod pay;
 mod store;
 pub mod sweep;
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
@@ -32,13 +45,13 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::AppError;
-use crate::inventory::{self, Change, Outcome, Product};
-use crate::lock::{LockError, Session};
+use crate::inventory::{self, Protection, Terms};
+use crate::lock::{Session, StockLock};
 use crate::state::AppState;
+use batch::Ticket;
 use demo::Demo;
 pub use pay::pay;
 pub use store::get;
-use store::{fail, held_units, hold_units, millis, set_status};
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.
 #[derive(Debug, Deserialize, Serialize)]
@@ -78,11 +91,11 @@ impl NewOrder {
     }
 
     /// The quantity, once we know the product's per-order cap.
-    pub fn quantity_for(&self, product: &Product) -> Result<i32, String> {
-        if self.quantity > i64::from(product.max_per_order) {
+    pub fn quantity_for(&self, terms: &Terms) -> Result<i32, String> {
+        if self.quantity > i64::from(terms.max_per_order) {
             return Err(format!(
                 "quantity must be at most {} for this product",
-                product.max_per_order
+                terms.max_per_order
             ));
         }
         Ok(self.quantity as i32)
@@ -149,10 +162,12 @@ pub struct Order {
     pub amount_cents: i64,
     #[sqlx(try_from = "String")]
     pub status: OrderStatus,
-    /// The lock token the stock write carried (`zk` guard only).
+    /// The lock token the stock write carried (`zk` guards only).
     pub fence: Option<i64>,
-    /// Time spent in the lock queue (`zk` guard only).
+    /// Time from placing the order to its lock cycle holding the lock (`zk` guards only).
     pub lock_wait_ms: Option<i32>,
+    /// How many orders the lock cycle (or guarded transaction) that decided it served.
+    pub batch_size: Option<i32>,
     /// Why a `failed` order failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
@@ -162,134 +177,216 @@ pub struct Order {
     pub updated_at: DateTime<Utc>,
 }
 
+/// An order's outcome, as its HTTP answer will say it.
+pub type Answer = Result<Order, AppError>;
+
+/// A ticket, and where its answer goes.
+pub struct Waiting {
+    pub ticket: Ticket,
+    pub reply: oneshot::Sender<Answer>,
+}
+
 /// Runs the whole flow for one order. `client_gone` resolves if the HTTP client disconnects:
-/// it is honoured only while waiting in the lock queue; once the lock is held the order
-/// runs to a final status whether anyone listens or not.
+/// it is honoured only while the order waits for its lock cycle; once served, the order runs
+/// to a final status whether anyone listens or not.
 pub async fn place(
     state: &AppState,
     new: NewOrder,
     key: Option<&str>,
     client_gone: oneshot::Receiver<()>,
-) -> Result<Order, AppError> {
+) -> Answer {
     new.validate().map_err(AppError::InvalidRequest)?;
     // The flood after a sale ends here: no lock, no write, no order row.
     if state.sold_out.is_raised(&new.product_id.to_string()) {
         return Err(AppError::SoldOut { order_id: None });
     }
-    let db = &state.db;
-    let product = inventory::terms(db, new.product_id)
+    let terms = state
+        .catalog
+        .terms(&state.db, new.product_id)
         .await?
         .ok_or(AppError::UnknownProduct(new.product_id))?;
-    let quantity = new
-        .quantity_for(&product)
-        .map_err(AppError::InvalidRequest)?;
-    let amount = product
+    let quantity = new.quantity_for(&terms).map_err(AppError::InvalidRequest)?;
+    let amount_cents = terms
         .price_cents
         .checked_mul(quantity.into())
         .ok_or_else(|| AppError::invalid("the order's amount is too large"))?;
-    // Repeat clicks end here. Not the enforcement (that is the purchases row, under the
-    // guard), just the cheap early answer.
-    if held_units(db, product.id, &new.user_id).await? + quantity > product.per_user_limit {
-        return Err(AppError::PurchaseLimit { order_id: None });
+    let ticket = Ticket {
+        id: Uuid::new_v4(),
+        user_id: new.user_id,
+        quantity,
+        amount_cents,
+        pay: new.pay,
+        key: key.map(str::to_string),
+        placed: Instant::now(),
+    };
+    if terms.batched() {
+        queue(state, terms, ticket, client_gone).await
+    } else {
+        alone(state, terms, ticket, client_gone).await
     }
-
-    let id = Uuid::new_v4();
-    store::insert(db, id, &product, &new.user_id, quantity, amount, key).await?;
-    let reserved = reserve(state, &product, id, &new, quantity, client_gone).await?;
-    if !new.pay {
-        return Ok(reserved);
-    }
-    // Reserved straight into `paying`: claimed for this payment in the same commit.
-    pay::settle(state, reserved).await
 }
 
-/// Steps 2-4: enter the guard, take the stock and the buyer's units, record `reserved` in
-/// the same transaction, commit, and only then release the lock (dropping it): releasing
-/// before the commit would let the next holder read the old stock.
-async fn reserve(
+/// Why an order stopped waiting before a lock cycle took it.
+enum Left {
+    ClientGone,
+    Timeout,
+    SoldOut,
+}
+
+/// A combined product: wait in the product's queue on this instance for a lock cycle to
+/// serve us — or leave it, as a buyer alone in the lock queue would: on hanging up, at the
+/// lock timeout, or when the product sells out.
+async fn queue(
     state: &AppState,
-    product: &Product,
-    id: Uuid,
-    new: &NewOrder,
-    quantity: i32,
+    terms: Arc<Terms>,
+    ticket: Ticket,
     mut client_gone: oneshot::Receiver<()>,
-) -> Result<Order, AppError> {
+) -> Answer {
+    let id = ticket.id;
+    let mut answer = state.combiner.submit(state, terms.clone(), ticket)?;
+    let sold_out_flag = terms.id.to_string();
+    let left = tokio::select! {
+        answer = &mut answer => return answer.unwrap_or_else(|_| Err(lost_answer())),
+        _ = &mut client_gone => Left::ClientGone,
+        _ = tokio::time::sleep(state.config.lock_timeout()) => Left::Timeout,
+        _ = state.sold_out.raised(&sold_out_flag) => Left::SoldOut,
+    };
+    // A lock cycle may have taken us just now: then its answer is on its way.
+    let Some(ticket) = state.combiner.withdraw(terms.id, id) else {
+        return answer.await.unwrap_or_else(|_| Err(lost_answer()));
+    };
+    let error = match left {
+        Left::ClientGone => AppError::Unavailable(anyhow!("client disconnected while queued")),
+        Left::Timeout if !state.zk.connected() => {
+            AppError::Unavailable(anyhow!("ZooKeeper disconnected while queued"))
+        }
+        Left::Timeout => AppError::LockTimeout { order_id: None },
+        Left::SoldOut => AppError::SoldOut { order_id: None },
+    };
+    let (status, failure) = match left {
+        Left::ClientGone => (OrderStatus::Failed, Some("client_gone")),
+        Left::SoldOut => (OrderStatus::SoldOut, None),
+        Left::Timeout => (OrderStatus::Failed, Some(error.code())),
+    };
+    store::ended(&state.db, &terms, &[&ticket], status, failure).await;
+    Err(error.for_order(id))
+}
+
+/// A per-request product: the order takes the guard for itself, in a lock cycle of its own.
+async fn alone(
+    state: &AppState,
+    terms: Arc<Terms>,
+    ticket: Ticket,
+    mut client_gone: oneshot::Receiver<()>,
+) -> Answer {
     let db = &state.db;
-    let demo = demo::armed(state, product).await;
+    let demo = demo::armed(state, &terms).await;
     let session = if demo.is_some() {
         Session::Own
     } else {
         Session::Shared
     };
-    let sold_out_flag = product.id.to_string();
+    let sold_out_flag = terms.id.to_string();
     let entered = tokio::select! {
-        entered = inventory::enter(state, product, session) => entered,
+        entered = inventory::enter(state, terms.id, terms.guard, session) => entered,
         _ = &mut client_gone => {
-            fail(db, id, "client_gone").await;
-            return Err(AppError::Unavailable(anyhow!("client disconnected while queued")));
+            store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
+            let error = AppError::Unavailable(anyhow!("client disconnected while queued"));
+            return Err(error.for_order(ticket.id));
         }
         // Sold out while we queued: leave the queue now instead of reading a 0 under the lock.
         _ = state.sold_out.raised(&sold_out_flag) => {
-            let mut conn = db.acquire().await?;
-            set_status(&mut conn, id, OrderStatus::SoldOut, None, None).await?;
-            return Err(AppError::SoldOut { order_id: Some(id) });
+            store::ended(db, &terms, &[&ticket], OrderStatus::SoldOut, None).await;
+            return Err(AppError::SoldOut { order_id: Some(ticket.id) });
         }
     };
-    let (mut lock, protection) = match entered {
+    let entered = match entered {
         Ok(entered) => entered,
-        Err(e) => return Err(lock_failed(db, id, e).await),
+        Err(e) => {
+            let error = AppError::from(e);
+            store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some(error.code())).await;
+            return Err(error.for_order(ticket.id));
+        }
     };
-    let fence = lock.as_ref().map(|l| l.token);
-    let waited = lock.as_ref().map(|l| millis(l.waited));
+    let (reply, answer) = oneshot::channel();
+    cycle(state, &terms, entered, demo, vec![Waiting { ticket, reply }]).await;
+    answer.await.unwrap_or_else(|_| Err(lost_answer()))
+}
+
+/// One lock cycle: with the guard entered, serves `batch`, releases (after the commit), and
+/// answers every order — sold out, over the limit or reserved at once, paid ones once their
+/// payment settles (outside the lock, so the next cycle need not wait for it).
+pub(crate) async fn cycle(
+    state: &AppState,
+    terms: &Arc<Terms>,
+    entered: (Option<StockLock>, Protection),
+    demo: Option<Demo>,
+    batch: Vec<Waiting>,
+) {
+    let (mut lock, protection) = entered;
+    let acquired = Instant::now();
+    let (tickets, replies): (Vec<Ticket>, Vec<_>) =
+        batch.into_iter().map(|w| (w.ticket, w.reply)).unzip();
+    let all: Vec<&Ticket> = tickets.iter().collect();
+    if lock.is_some() {
+        state.zk.count_served(terms.id, tickets.len());
+    }
     if demo == Some(Demo::Crash) {
         if let Some(lock) = lock.take() {
-            demo::crash(db, product.id, id, lock).await;
-            return Err(AppError::LockLost { order_id: Some(id) });
+            demo::crash(&state.db, terms.id, tickets[0].id, lock).await;
+            store::ended(&state.db, terms, &all, OrderStatus::Failed, Some("crashed")).await;
+            for (ticket, reply) in tickets.iter().zip(replies) {
+                let _ = reply.send(Err(AppError::LockLost { order_id: Some(ticket.id) }));
+            }
+            return;
         }
     }
-    let pause = demo::pause_for(state, product.id, demo, &mut lock);
-    let outcome =
-        inventory::change_stock(db, product.id, Change::Take(quantity), protection, pause).await;
-    if let (Some(Demo::Zombie), Some(token), Ok(outcome)) = (demo, fence, &outcome) {
-        demo::report_zombie(db, product.id, id, token, outcome).await;
+    let token = lock.as_ref().map(|l| l.token);
+    let pause = demo::pause_for(state, terms.id, demo, &mut lock);
+    let served = batch::serve(state, terms, protection, acquired, &tickets, pause).await;
+    if let (Some(Demo::Zombie), Some(token)) = (demo, token) {
+        let fenced = matches!(served, Err(AppError::LockLost { .. }));
+        demo::report_zombie(&state.db, terms.id, tickets[0].id, token, fenced).await;
     }
-    let result = match outcome {
-        Ok(Outcome::Applied(mut tx)) => {
-            if !hold_units(&mut tx, product, &new.user_id, quantity).await? {
-                tx.rollback().await?; // the stock goes back with it
-                fail(db, id, "purchase_limit").await;
-                return Err(AppError::PurchaseLimit { order_id: Some(id) });
-            }
-            // An order paid at once goes straight to `paying` (claimed for its payment, so the
-            // expiry sweep leaves it alone) and saves the separate claim's commit.
-            let status = if new.pay {
-                OrderStatus::Paying
-            } else {
-                OrderStatus::Reserved
-            };
-            let order = store::reserved(&mut tx, id, status, fence, waited, product).await?;
-            tx.commit().await?;
-            Ok(order)
-        }
-        Ok(Outcome::Insufficient { mut tx, stock }) => {
-            set_status(&mut tx, id, OrderStatus::SoldOut, fence, waited).await?;
-            tx.commit().await?;
-            if stock == 0 {
-                flag_sold_out(state, product.id).await;
-            }
-            Err(AppError::SoldOut { order_id: Some(id) })
-        }
-        Ok(Outcome::Fenced) => {
-            fail(db, id, "lock_lost").await;
-            Err(AppError::LockLost { order_id: Some(id) })
-        }
+    drop(lock);
+    let served = match served {
+        Ok(served) => served,
         Err(e) => {
-            fail(db, id, "unavailable").await;
-            Err(e.into())
+            store::ended(&state.db, terms, &all, OrderStatus::Failed, Some(e.code())).await;
+            for (ticket, reply) in tickets.iter().zip(replies) {
+                let _ = reply.send(Err(e.again_for(ticket.id)));
+            }
+            return;
         }
     };
-    drop(lock);
-    result
+    if served.stock == 0 {
+        flag_sold_out(state, terms.id).await;
+    }
+    let mut paying = Vec::new();
+    for (order, reply) in served.orders.into_iter().zip(replies) {
+        let answer = match order.status {
+            OrderStatus::Paying => {
+                paying.push((order, reply));
+                continue;
+            }
+            OrderStatus::SoldOut => Err(AppError::SoldOut {
+                order_id: Some(order.id),
+            }),
+            OrderStatus::Failed => Err(AppError::PurchaseLimit {
+                order_id: Some(order.id),
+            }),
+            _ => Ok(order),
+        };
+        let _ = reply.send(answer);
+    }
+    if !paying.is_empty() {
+        tokio::spawn(pay::settle_and_answer(state.clone(), paying));
+    }
+}
+
+/// An order task whose lock cycle ended without answering it (a panic): a bug.
+fn lost_answer() -> AppError {
+    AppError::Internal(anyhow!("the order's lock cycle ended without an answer"))
 }
 
 /// Raises the sold-out flag, then re-reads the stock: a return that committed and cleared
@@ -297,19 +394,12 @@ async fn reserve(
 async fn flag_sold_out(state: &AppState, product_id: i64) {
     state.sold_out.raise(&product_id.to_string()).await;
     state.events.touch(product_id);
-    match inventory::terms(&state.db, product_id).await {
-        Ok(Some(p)) if p.stock > 0 => state.sold_out.lower(&product_id.to_string()).await,
+    match inventory::stock(&state.db, product_id).await {
+        Ok(Some(stock)) if stock > 0 => state.sold_out.lower(&product_id.to_string()).await,
         Ok(_) => {}
         // Unsure: the flag is only an optimisation, the guarded path stays correct.
         Err(_) => state.sold_out.lower(&product_id.to_string()).await,
     }
-}
-
-/// The error for a lock that was not granted, after marking the order failed.
-async fn lock_failed(db: &sqlx::PgPool, id: Uuid, err: LockError) -> AppError {
-    let error = AppError::from(err).for_order(id);
-    fail(db, id, error.code()).await;
-    error
 }
 
 #[cfg(test)]
@@ -340,18 +430,14 @@ mod tests {
     fn quantity_is_positive_and_capped_per_product() {
         assert!(order("a", 0).validate().is_err());
         assert!(order("a", -3).validate().is_err());
-        let product = Product {
+        let product = Terms {
             id: 1,
-            name: "x".into(),
             price_cents: 1,
-            stock: 5,
-            sold: 0,
-            stocked_total: 5,
             max_per_order: 2,
             per_user_limit: 1,
             reservation_ttl_s: 600,
             guard: Guard::Zk,
-            sold_out: false,
+            batch_max: 1,
         };
         assert_eq!(order("a", 2).quantity_for(&product), Ok(2));
         assert!(order("a", 3).quantity_for(&product).is_err());

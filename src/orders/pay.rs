@@ -1,13 +1,17 @@
-//! Step 5, paying, and the way back: a declined payment or an expired reservation returns
-//! its units through the same guard that took them.
+//! Step 5, paying — a batch's charges run concurrently after its commit, outside the lock,
+//! and are recorded in one statement — and the way back: a declined payment or an expired
+//! reservation returns its units through the same guard that took them.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use futures_util::future::join_all;
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::store::{self, advance, record_payment};
-use super::{Order, OrderStatus};
+use super::store::{self, advance, Payment};
+use super::{Answer, Order, OrderStatus};
 use crate::error::AppError;
 use crate::inventory::{self, Change, Outcome};
 use crate::lock::Session;
@@ -41,42 +45,77 @@ pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
             _ => Err(AppError::NotPayable { order_id: id }),
         };
     };
-    settle(state, order).await
+    settle(state, vec![order])
+        .await
+        .pop()
+        .unwrap_or_else(|| Err(AppError::Internal(anyhow!("a settled payment went missing"))))
 }
 
-/// Charges an order claimed for payment (`paying`): `paid`, or declined and its units back.
-pub(super) async fn settle(state: &AppState, order: Order) -> Result<Order, AppError> {
-    let db = &state.db;
-    let id = order.id;
-    match state.payment.charge(order.amount_cents).await {
-        Charge::Approved { reference } => {
-            let mut tx = db.begin().await?;
-            record_payment(&mut tx, id, order.amount_cents, "succeeded", &reference).await?;
-            let paid = sqlx::query_as(
-                "UPDATE orders SET status = 'paid', updated_at = now()
-                 WHERE id = $1 AND status = 'paying' RETURNING *",
-            )
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(paid)
-        }
-        Charge::Declined { reference } => {
-            // The units go back even if the decline cannot be recorded.
-            let mut conn = db.acquire().await;
-            if let Ok(conn) = conn.as_mut() {
-                if let Err(e) =
-                    record_payment(conn, id, order.amount_cents, "failed", &reference).await
-                {
-                    tracing::warn!(order = %id, error = %e, "could not record a declined payment");
-                }
-            }
-            drop(conn);
-            give_back(state, &order).await;
-            Err(AppError::PaymentFailed { order_id: id })
-        }
+/// Settles a batch's orders claimed for payment and answers each.
+pub(super) async fn settle_and_answer(
+    state: AppState,
+    paying: Vec<(Order, oneshot::Sender<Answer>)>,
+) {
+    let (orders, replies): (Vec<Order>, Vec<_>) = paying.into_iter().unzip();
+    for (answer, reply) in settle(&state, orders).await.into_iter().zip(replies) {
+        let _ = reply.send(answer);
     }
+}
+
+/// Charges orders claimed for payment (`paying`), all at once, and records every outcome in
+/// one statement: `paid`, or declined and the units back. One answer per order, in order.
+async fn settle(state: &AppState, orders: Vec<Order>) -> Vec<Answer> {
+    let charges = join_all(orders.iter().map(|o| state.payment.charge(o.amount_cents))).await;
+    let payments: Vec<Payment> = orders
+        .iter()
+        .zip(&charges)
+        .map(|(order, charge)| {
+            let (succeeded, reference) = match charge {
+                Charge::Approved { reference } => (true, reference),
+                Charge::Declined { reference } => (false, reference),
+            };
+            Payment {
+                order_id: order.id,
+                amount_cents: order.amount_cents,
+                succeeded,
+                reference,
+            }
+        })
+        .collect();
+    let recorded = store::record_payments(&state.db, &payments).await;
+    let unrecorded = recorded.is_err();
+    let mut paid: HashMap<Uuid, Order> = match recorded {
+        Ok(paid) => paid.into_iter().map(|o| (o.id, o)).collect(),
+        Err(e) => {
+            // Nothing recorded: charged orders stay `paying` (the sweep settles them); the
+            // declined ones still give their units back.
+            tracing::warn!(orders = orders.len(), error = %e, "could not record payments");
+            HashMap::new()
+        }
+    };
+    let answers = orders.iter().zip(&payments).map(|(order, payment)| {
+        let paid = paid.remove(&order.id);
+        async move {
+            if !payment.succeeded {
+                give_back(state, order).await;
+                return Err(AppError::PaymentFailed { order_id: order.id });
+            }
+            match paid {
+                Some(paid) => Ok(paid),
+                None if unrecorded => Err(AppError::Unavailable(anyhow!(
+                    "the payment of order {} could not be recorded",
+                    order.id
+                ))),
+                // Moved on under us (settled by a sweep as abandoned): answer it as it is.
+                None => match store::get(&state.db, order.id).await {
+                    Ok(Some(current)) if current.status == OrderStatus::Paid => Ok(current),
+                    Ok(_) => Err(AppError::NotPayable { order_id: order.id }),
+                    Err(e) => Err(e.into()),
+                },
+            }
+        }
+    });
+    join_all(answers).await
 }
 
 /// A declined payment gives the units back. Retried a few times: if it still cannot (lock
@@ -112,10 +151,13 @@ pub(super) async fn release(
     from: OrderStatus,
     to: OrderStatus,
 ) -> anyhow::Result<bool> {
-    let product = inventory::terms(&state.db, order.product_id)
+    let product = state
+        .catalog
+        .terms(&state.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
-    let (lock, protection) = inventory::enter(state, &product, Session::Shared).await?;
+    let (lock, protection) =
+        inventory::enter(state, product.id, product.guard, Session::Shared).await?;
     let outcome = inventory::change_stock(
         &state.db,
         product.id,

@@ -1,136 +1,134 @@
-//! The order's SQL: each function one statement, each status move conditional where a race
-//! is possible.
+//! The order's SQL. Orders are written set-based: a batch's rows, its buyers' units and its
+//! Idempotency-Keys in one statement; its payments in one more.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::batch::Ticket;
 use super::{Order, OrderStatus};
-use crate::inventory::Product;
+use crate::inventory::Terms;
 
-/// The new order, `created`. The key (if any) learns its order in the same statement: from
-/// here on, a retry must find this order rather than place another.
-pub(super) async fn insert(
-    db: &PgPool,
-    id: Uuid,
-    product: &Product,
-    user_id: &str,
-    quantity: i32,
-    amount: i64,
-    key: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "WITH o AS (INSERT INTO orders (id, product_id, user_id, quantity, amount_cents)
-                    VALUES ($1, $2, $3, $4, $5) RETURNING id)
-         UPDATE idempotency_keys SET order_id = (SELECT id FROM o) WHERE key = $6",
-    )
-    .bind(id)
-    .bind(product.id)
-    .bind(user_id)
-    .bind(quantity)
-    .bind(amount)
-    .bind(key)
-    .execute(db)
-    .await?;
-    Ok(())
+/// One order's row, as its batch (or whatever ended it) decided it.
+pub struct Row<'a> {
+    pub ticket: &'a Ticket,
+    pub status: OrderStatus,
+    /// Why a `failed` order failed.
+    pub failure: Option<&'a str>,
+    /// Its time in the lock queue (guards with a lock only).
+    pub waited: Option<Duration>,
 }
 
-/// Records the reservation (`reserved`, or `paying` when paid at once) in the stock's
-/// transaction, with the token that fenced the write and the time spent queueing.
-pub(super) async fn reserved(
-    tx: &mut PgConnection,
-    id: Uuid,
-    status: OrderStatus,
+/// Writes the rows, adds `units` to each buyer's holding (the per-customer limit's CHECK
+/// stays the last word), and links each key to its order, in one statement. Returns the
+/// orders in the order of `rows`. `fence` is the token the batch's stock write carried;
+/// `batch_size`, how many orders its lock cycle served (none for orders no cycle served).
+pub async fn insert(
+    conn: &mut PgConnection,
+    terms: &Terms,
     fence: Option<i64>,
-    lock_wait_ms: Option<i32>,
-    product: &Product,
-) -> Result<Order, sqlx::Error> {
-    sqlx::query_as(
-        "UPDATE orders SET status = $5, fence = $2, lock_wait_ms = $3,
-                expires_at = now() + make_interval(secs => $4), updated_at = now()
-         WHERE id = $1 RETURNING *",
+    batch_size: Option<i32>,
+    rows: &[Row<'_>],
+    units: &HashMap<&str, i32>,
+) -> Result<Vec<Order>, sqlx::Error> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.ticket.id).collect();
+    let users: Vec<&str> = rows.iter().map(|r| r.ticket.user_id.as_str()).collect();
+    let quantities: Vec<i32> = rows.iter().map(|r| r.ticket.quantity).collect();
+    let amounts: Vec<i64> = rows.iter().map(|r| r.ticket.amount_cents).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure).collect();
+    let waits: Vec<Option<i32>> = rows.iter().map(|r| r.waited.map(millis)).collect();
+    let (key_names, key_orders): (Vec<&str>, Vec<Uuid>) = rows
+        .iter()
+        .filter_map(|r| Some((r.ticket.key.as_deref()?, r.ticket.id)))
+        .unzip();
+    let (holders, held): (Vec<&str>, Vec<i32>) = units.iter().map(|(u, n)| (*u, *n)).unzip();
+    let mut orders: Vec<Order> = sqlx::query_as(
+        "WITH o AS (
+            INSERT INTO orders (id, product_id, user_id, quantity, amount_cents, status, failure,
+                                fence, lock_wait_ms, expires_at, batch_size)
+            SELECT t.id, $1, t.user_id, t.quantity, t.amount, t.status, t.failure, $2, t.waited,
+                   CASE WHEN t.status IN ('reserved', 'paying')
+                        THEN now() + make_interval(secs => $3) END,
+                   $4
+            FROM unnest($5::uuid[], $6::text[], $7::int[], $8::bigint[], $9::text[], $10::text[],
+                        $11::int[]) AS t(id, user_id, quantity, amount, status, failure, waited)
+            RETURNING *
+         ), held AS (
+            INSERT INTO purchases (product_id, user_id, units, max_units)
+            SELECT $1, h.user_id, h.units, $12 FROM unnest($13::text[], $14::int[]) AS h(user_id, units)
+            ON CONFLICT (product_id, user_id)
+            DO UPDATE SET units = purchases.units + EXCLUDED.units, max_units = EXCLUDED.max_units
+         ), keys AS (
+            UPDATE idempotency_keys k SET order_id = t.id
+            FROM unnest($15::text[], $16::uuid[]) AS t(key, id) WHERE k.key = t.key
+         )
+         SELECT * FROM o",
     )
-    .bind(id)
+    .bind(terms.id)
     .bind(fence)
-    .bind(lock_wait_ms)
-    .bind(f64::from(product.reservation_ttl_s))
-    .bind(status.as_str())
-    .fetch_one(tx)
-    .await
+    .bind(f64::from(terms.reservation_ttl_s))
+    .bind(batch_size)
+    .bind(&ids)
+    .bind(&users)
+    .bind(&quantities)
+    .bind(&amounts)
+    .bind(&statuses)
+    .bind(&failures)
+    .bind(&waits)
+    .bind(terms.per_user_limit)
+    .bind(&holders)
+    .bind(&held)
+    .bind(&key_names)
+    .bind(&key_orders)
+    .fetch_all(conn)
+    .await?;
+    let place: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    orders.sort_by_key(|o| place[&o.id]);
+    Ok(orders)
 }
 
-/// Units the user already holds of the product.
-pub(super) async fn held_units(
+/// Records orders that ended before any stock was theirs (lock not granted, client gone,
+/// sold out while queued), outside any batch. Best effort: if the database is what failed,
+/// the order simply has no row — nothing was sold, and its key is forgotten.
+pub async fn ended(
     db: &PgPool,
-    product_id: i64,
-    user_id: &str,
-) -> Result<i32, sqlx::Error> {
-    let units: Option<i32> =
-        sqlx::query_scalar("SELECT units FROM purchases WHERE product_id = $1 AND user_id = $2")
-            .bind(product_id)
-            .bind(user_id)
-            .fetch_optional(db)
-            .await?;
-    Ok(units.unwrap_or(0))
-}
-
-/// Adds the units to the user's holding, in the stock's transaction. `false` when that would
-/// pass the product's per-user limit (the CHECK refused it; the transaction is aborted).
-pub(super) async fn hold_units(
-    tx: &mut PgConnection,
-    product: &Product,
-    user_id: &str,
-    quantity: i32,
-) -> Result<bool, sqlx::Error> {
-    let held = sqlx::query(
-        "INSERT INTO purchases (product_id, user_id, units, max_units) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (product_id, user_id)
-         DO UPDATE SET units = purchases.units + EXCLUDED.units, max_units = EXCLUDED.max_units",
-    )
-    .bind(product.id)
-    .bind(user_id)
-    .bind(quantity)
-    .bind(product.per_user_limit)
-    .execute(tx)
-    .await;
-    match held {
-        Ok(_) => Ok(true),
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some("purchases_within_limit") => {
-            Ok(false)
-        }
-        Err(e) => Err(e),
+    terms: &Terms,
+    tickets: &[&Ticket],
+    status: OrderStatus,
+    failure: Option<&str>,
+) {
+    let rows: Vec<Row> = tickets
+        .iter()
+        .map(|ticket| Row {
+            ticket,
+            status,
+            failure,
+            waited: None,
+        })
+        .collect();
+    let written = async {
+        let mut conn = db.acquire().await?;
+        insert(&mut conn, terms, None, None, &rows, &HashMap::new()).await
+    };
+    if let Err(e) = written.await {
+        tracing::warn!(orders = tickets.len(), ?status, failure, error = %e, "could not record ended orders");
     }
 }
 
 /// Gives units back to the user's allowance (their order returned its stock).
-pub(super) async fn release_units(tx: &mut PgConnection, order: &Order) -> Result<(), sqlx::Error> {
+pub(super) async fn release_units(
+    tx: &mut PgConnection,
+    order: &Order,
+) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE purchases SET units = units - $3 WHERE product_id = $1 AND user_id = $2")
         .bind(order.product_id)
         .bind(&order.user_id)
         .bind(order.quantity)
         .execute(tx)
         .await?;
-    Ok(())
-}
-
-pub(super) async fn set_status(
-    conn: &mut PgConnection,
-    id: Uuid,
-    status: OrderStatus,
-    fence: Option<i64>,
-    lock_wait_ms: Option<i32>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE orders SET status = $2, fence = COALESCE($3, fence), lock_wait_ms = COALESCE($4, lock_wait_ms),
-                updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(status.as_str())
-    .bind(fence)
-    .bind(lock_wait_ms)
-    .execute(conn)
-    .await?;
     Ok(())
 }
 
@@ -154,38 +152,43 @@ pub(super) async fn advance(
     Ok(moved.rows_affected() == 1)
 }
 
-/// Ends an order that sold nothing. Best effort: if the database is what failed, the order
-/// stays `created`, which the audit already counts as not sold.
-pub(super) async fn fail(db: &PgPool, id: Uuid, reason: &str) {
-    let done = sqlx::query(
-        "UPDATE orders SET status = 'failed', failure = $2, updated_at = now() WHERE id = $1 AND status = 'created'",
-    )
-    .bind(id)
-    .bind(reason)
-    .execute(db)
-    .await;
-    if let Err(e) = done {
-        tracing::warn!(order = %id, reason, error = %e, "could not mark order failed");
-    }
+/// A charge's outcome, as the provider answered it.
+pub struct Payment<'a> {
+    pub order_id: Uuid,
+    pub amount_cents: i64,
+    pub succeeded: bool,
+    pub reference: &'a str,
 }
 
-pub(super) async fn record_payment(
-    conn: &mut PgConnection,
-    order_id: Uuid,
-    amount: i64,
-    outcome: &str,
-    reference: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO payments (order_id, amount_cents, outcome, provider_ref) VALUES ($1, $2, $3, $4)",
+/// Records the payments, and moves the orders whose charge succeeded `paying` → `paid`, in
+/// one transaction. Returns the paid orders.
+pub(super) async fn record_payments(
+    db: &PgPool,
+    payments: &[Payment<'_>],
+) -> Result<Vec<Order>, sqlx::Error> {
+    let ids: Vec<Uuid> = payments.iter().map(|p| p.order_id).collect();
+    let amounts: Vec<i64> = payments.iter().map(|p| p.amount_cents).collect();
+    let outcomes: Vec<&str> = payments
+        .iter()
+        .map(|p| if p.succeeded { "succeeded" } else { "failed" })
+        .collect();
+    let references: Vec<&str> = payments.iter().map(|p| p.reference).collect();
+    sqlx::query_as(
+        "WITH p AS (
+            INSERT INTO payments (order_id, amount_cents, outcome, provider_ref)
+            SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[])
+         )
+         UPDATE orders o SET status = 'paid', updated_at = now()
+         FROM unnest($1::uuid[], $3::text[]) AS t(id, outcome)
+         WHERE o.id = t.id AND t.outcome = 'succeeded' AND o.status = 'paying'
+         RETURNING o.*",
     )
-    .bind(order_id)
-    .bind(amount)
-    .bind(outcome)
-    .bind(reference)
-    .execute(conn)
-    .await?;
-    Ok(())
+    .bind(&ids)
+    .bind(&amounts)
+    .bind(&outcomes)
+    .bind(&references)
+    .fetch_all(db)
+    .await
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {
@@ -195,6 +198,6 @@ pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {
         .await
 }
 
-pub(super) fn millis(d: Duration) -> i32 {
+fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }

@@ -1,6 +1,7 @@
 //! The headline claim, under real concurrency across separate server processes.
 
 use reqwest::StatusCode;
+use serde_json::json;
 
 use crate::helpers::*;
 
@@ -14,11 +15,13 @@ fn count(replies: &[anyhow::Result<Reply>], status: StatusCode) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
+/// BUYERS buyers over three server processes for STOCK units under the zk guard, lock
+/// cycles serving up to `batch_max` orders: exactly STOCK sold, the books balance.
+async fn zk_sale(batch_max: i64) -> (TestEnv, i64) {
     let env = TestEnv::new().await;
     let (_servers, urls) = three_instances(&env, &["--lock-timeout-ms", "30000"]).await;
-    let product = create_product(&urls[0], STOCK, "zk").await;
+    let product =
+        create_product_with(&urls[0], json!({ "stock": STOCK, "batch_max": batch_max })).await;
 
     let replies = flash_sale(&urls, product, BUYERS).await;
 
@@ -41,7 +44,13 @@ async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
     let audit = audit(&urls[1], product).await;
     assert_eq!(audit["oversold"], 0, "{audit}");
     assert_eq!(audit["consistent"], true, "{audit}");
-    // Fencing tokens are unique per sale: no two paid orders went through the same lock grant.
+    (env, product)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
+    let (env, product) = zk_sale(1).await;
+    // A lock per order: no two paid orders went through the same lock grant.
     let distinct_fences: i64 = sqlx::query_scalar(
         "SELECT COUNT(DISTINCT fence) FROM orders WHERE product_id = $1 AND status = 'paid'",
     )
@@ -50,6 +59,36 @@ async fn zk_guard_sells_exactly_the_stock_across_three_instances() {
     .await
     .unwrap();
     assert_eq!(distinct_fences, STOCK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn combined_zk_orders_sell_exactly_the_stock_each_lock_grant_serving_its_batch() {
+    let (env, product) = zk_sale(256).await;
+    // Every lock grant (fencing token) decided exactly the orders its batch says it served.
+    let grants: Vec<(i64, i64, Option<i32>, Option<i32>)> = sqlx::query_as(
+        "SELECT fence, COUNT(*), MIN(batch_size), MAX(batch_size) FROM orders
+         WHERE product_id = $1 AND fence IS NOT NULL GROUP BY fence",
+    )
+    .bind(product)
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    assert!(!grants.is_empty());
+    for (fence, orders, min, max) in &grants {
+        assert_eq!(
+            (Some(*orders as i32), Some(*orders as i32)),
+            (*min, *max),
+            "token {fence}: {orders} orders"
+        );
+    }
+    let fenced_sales: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM orders WHERE product_id = $1 AND status = 'paid' AND fence IS NOT NULL",
+    )
+    .bind(product)
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(fenced_sales, STOCK, "every sale carried its lock grant's token");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -103,6 +103,7 @@ impl TestEnv {
         let base_url = format!("http://{}", app.local_addr());
         let zk = app.state().zk.clone();
         let holds = app.state().holds.clone();
+        let combiner = app.state().combiner.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(app.run(async move {
             let _ = stopped.await;
@@ -111,6 +112,7 @@ impl TestEnv {
             base_url,
             zk,
             holds,
+            combiner,
             _stop: stop,
         }
     }
@@ -232,6 +234,8 @@ pub struct TestApp {
     pub zk: seckill::lock::Zk,
     /// Pauses this app's next lock holder of a product inside its critical section.
     pub holds: seckill::orders::demo::Holds,
+    /// This app's per-product queues of orders waiting for a lock cycle.
+    pub combiner: seckill::orders::combiner::Combiner,
     /// Dropping it shuts the app down.
     _stop: oneshot::Sender<()>,
 }
@@ -290,6 +294,16 @@ pub async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
 
 pub async fn create_product(base_url: &str, stock: i64, guard: &str) -> i64 {
     create_product_with(base_url, json!({ "stock": stock, "guard": guard })).await
+}
+
+/// A product whose every order takes the lock for itself (`batch_max` 1): one lock node per
+/// buyer, as the teaching page's queue shows it.
+pub async fn create_per_request_product(base_url: &str, stock: i64, guard: &str) -> i64 {
+    create_product_with(
+        base_url,
+        json!({ "stock": stock, "guard": guard, "batch_max": 1 }),
+    )
+    .await
 }
 
 /// A product with the given fields over the defaults (price 1999, stock 10, guard zk).

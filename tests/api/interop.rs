@@ -78,8 +78,8 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
         },
     )
     .await;
-    // Queued, not served: nothing reserved while Curator holds the lock.
-    assert_eq!(env.order_counts(product).await.get("created"), Some(&1));
+    // Queued, not served: no order decided while Curator holds the lock.
+    assert!(env.order_counts(product).await.is_empty());
     assert_eq!(env.stock(product).await, 3);
     assert!(!order.is_finished());
 
@@ -130,4 +130,47 @@ async fn our_holder_blocks_curator() {
         "acquired",
         "free again after our release"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "seckill"])
+        .await;
+    let product = create_product_with(
+        &app.base_url,
+        serde_json::json!({ "stock": 10, "batch_max": 64 }),
+    )
+    .await;
+    let mut holder = curator(&env, product, &["hold"])
+        .spawn()
+        .expect("start java");
+    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+        .await
+        .expect("curator answers");
+    assert_eq!(line.unwrap().as_deref(), Some("acquired"));
+
+    let orders: Vec<_> = (0..5)
+        .map(|i| spawn_order(&app.base_url, product, &format!("buyer-{i}")))
+        .collect();
+    wait_until(Duration::from_secs(30), "five orders queued here", || async {
+        (app.combiner.queued(product) == 5).then_some(())
+    })
+    .await;
+    // Five buyers, one place in the lock queue: the instance's, behind Curator's.
+    let watcher = env.zk_client().await;
+    let queue = env.lock_queue(&watcher, product).await;
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    assert_eq!(queue[1].1, "seckill", "{queue:?}");
+
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin.write_all(b"release\n").await.unwrap();
+    for order in orders {
+        let reply = order.await.unwrap().unwrap();
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+        assert_eq!(reply.body["batch_size"], 5, "one lock cycle served all: {reply:?}");
+    }
+    assert_eq!(env.stock(product).await, 5);
 }

@@ -426,36 +426,49 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
             "30000",
         ])
         .await;
-    let product = create_product(&app.base_url, 10, "zk").await;
-    // One holder kept inside, one waiter behind it: the instance's two places are taken.
-    let mut hold = app.holds.hold_next(product);
-    let holder = spawn_order(&app.base_url, product, "holder");
-    hold.reached().await;
-    let waiter = spawn_order(&app.base_url, product, "waiter");
     let watcher = env.zk_client().await;
-    env.wait_for_queue(&watcher, product, 2, "the waiter to queue")
+    // A lock per order (the places are lock nodes) and combined (the places are the local queue).
+    for batch_max in [1, 64] {
+        let product = create_product_with(
+            &app.base_url,
+            json!({ "stock": 10, "batch_max": batch_max }),
+        )
         .await;
-    let crowd = flash_sale(std::slice::from_ref(&app.base_url), product, 6).await;
-    hold.release();
-    let mut replies: Vec<Reply> = crowd.into_iter().map(Result::unwrap).collect();
-    replies.push(holder.await.unwrap().unwrap());
-    replies.push(waiter.await.unwrap().unwrap());
-    let sold = replies
-        .iter()
-        .filter(|r| r.status == StatusCode::CREATED)
-        .count();
-    let busy: Vec<&Reply> = replies
-        .iter()
-        .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
-        .collect();
-    assert_eq!(sold + busy.len(), 8, "{replies:?}");
-    assert_eq!((sold, busy.len()), (2, 6), "{replies:?}");
-    assert!(
-        busy.iter()
-            .all(|r| r.code() == "too_busy" && r.retry_after.is_some()),
-        "{busy:?}"
-    );
-    assert_eq!(env.stock(product).await, 10 - sold as i32);
+        // One holder kept inside, one waiter behind it: the instance's two places are taken.
+        let mut hold = app.holds.hold_next(product);
+        let holder = spawn_order(&app.base_url, product, "holder");
+        hold.reached().await;
+        let waiter = spawn_order(&app.base_url, product, "waiter");
+        if batch_max == 1 {
+            env.wait_for_queue(&watcher, product, 2, "the waiter to queue")
+                .await;
+        } else {
+            wait_until(Duration::from_secs(30), "the waiter to queue", || async {
+                (app.combiner.queued(product) == 2).then_some(())
+            })
+            .await;
+        }
+        let crowd = flash_sale(std::slice::from_ref(&app.base_url), product, 6).await;
+        hold.release();
+        let mut replies: Vec<Reply> = crowd.into_iter().map(Result::unwrap).collect();
+        replies.push(holder.await.unwrap().unwrap());
+        replies.push(waiter.await.unwrap().unwrap());
+        let sold = replies
+            .iter()
+            .filter(|r| r.status == StatusCode::CREATED)
+            .count();
+        let busy: Vec<&Reply> = replies
+            .iter()
+            .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+            .collect();
+        assert_eq!((sold, busy.len()), (2, 6), "batch_max {batch_max}: {replies:?}");
+        assert!(
+            busy.iter()
+                .all(|r| r.code() == "too_busy" && r.retry_after.is_some()),
+            "{busy:?}"
+        );
+        assert_eq!(env.stock(product).await, 10 - sold as i32);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

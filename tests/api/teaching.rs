@@ -73,7 +73,7 @@ async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor
         .await;
     let product = create_product_with(
         &holder.base_url,
-        json!({ "stock": 10, "per_user_limit": 5 }),
+        json!({ "stock": 10, "per_user_limit": 5, "batch_max": 1 }),
     )
     .await;
 
@@ -174,7 +174,7 @@ async fn the_herd_lock_sells_exactly_but_wakes_more_waiters_per_acquisition() {
     .await;
     let mut cost = Vec::new();
     for guard in ["zk", "zk-herd"] {
-        let product = create_product(&urls[0], 40, guard).await;
+        let product = create_per_request_product(&urls[0], 40, guard).await;
         let replies = flash_sale(&urls, product, 40).await;
         let sold = replies
             .iter()

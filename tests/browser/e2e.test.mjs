@@ -59,11 +59,14 @@ function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) 
   });
 }
 
-async function createProduct(base, stock, guard) {
+// `batchMax` 1 gives every order a lock of its own (one queue node per buyer, the queue and
+// demo lessons); left out, the server's default batches.
+async function createProduct(base, stock, guard, batchMax) {
+  const batch = batchMax === undefined ? {} : { batch_max: batchMax };
   const res = await fetch(`${base}/api/products`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ADMIN}` },
-    body: JSON.stringify({ name: `e2e ${guard}`, price_cents: 999, stock, guard }),
+    body: JSON.stringify({ name: `e2e ${guard} ${batchMax ?? ''}`.trim(), price_cents: 999, stock, guard, ...batch }),
   });
   assert.equal(res.status, 201);
   return (await res.json()).id;
@@ -115,7 +118,7 @@ function buyAll(base, product, count, prefix) {
 }
 
 test('the page loads, lists products live and buys one', async () => {
-  const id = await createProduct(a, 5, 'zk');
+  const id = await createProduct(a, 5, 'zk', 64);
   const page = await openPage(a);
   await page.locator(`.product[data-product="${id}"]`).waitFor();
   await page.selectOption('#buy-product', String(id));
@@ -123,6 +126,10 @@ test('the page loads, lists products live and buys one', async () => {
   await page.click('#buy button[type=submit]');
   await page.locator('#buy-result [data-status="paid"]').waitFor({ timeout: 10_000 });
   assert.match(await page.textContent('#buy-result'), /fencing token \d+/);
+  // Alone on a batched product: a lock cycle of one.
+  assert.equal(await page.getAttribute('#buy-result [data-batch-size]', 'data-batch-size'), '1');
+  assert.match(await page.textContent('#buy-result'), /in its own lock cycle/);
+  assert.match(await page.textContent(`.product[data-product="${id}"] [data-k="guarding"]`), /batched: up to 64 orders per lock cycle/);
   // The card updates from the event stream: 4 left.
   await page.locator(`.product[data-product="${id}"] [data-k="stock"]`, { hasText: '4' }).waitFor({ timeout: 10_000 });
   await page.screenshot({ path: join(shots, 'shop.png'), fullPage: true });
@@ -130,7 +137,7 @@ test('the page loads, lists products live and buys one', async () => {
 });
 
 test('the simulator sells a zk product exactly and shows a none product overselling, with the queue live', async () => {
-  const zk = await createProduct(a, 20, 'zk');
+  const zk = await createProduct(a, 20, 'zk', 1);
   const none = await createProduct(a, 20, 'none');
   const page = await openPage(a);
   await page.locator(`.product[data-product="${none}"]`).waitFor();
@@ -157,8 +164,46 @@ test('the simulator sells a zk product exactly and shows a none product oversell
   await page.close();
 });
 
+test('the simulator compares a lock per order with a batched lock, side by side', async () => {
+  const single = await createProduct(a, 30, 'zk', 1);
+  const batched = await createProduct(a, 30, 'zk', 64);
+  const page = await openPage(a);
+  await page.locator(`.product[data-product="${batched}"]`).waitFor();
+  assert.match(await page.textContent(`.product[data-product="${single}"] [data-k="guarding"]`), /a lock per order/);
+  await page.click('#preset-batching');
+  // The preset takes the newest products with stock left: these two.
+  assert.equal(await page.inputValue('#lane-a .lane-product'), String(single));
+  assert.equal(await page.inputValue('#lane-b .lane-product'), String(batched));
+  await page.fill('#sim-buyers', '60');
+  await page.click('#sim-run');
+
+  await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#lane-b[data-state="done"]').waitFor({ timeout: 60_000 });
+  for (const lane of ['#lane-a', '#lane-b']) {
+    assert.match(await page.textContent(`${lane} .verdict`), /30 sold of 30 — 0 oversold, consistent/);
+    assert.match(await page.textContent(`${lane} [data-k="elapsed"]`), /^\d+\.\d\d s$/);
+    assert.match(await page.textContent(`${lane} [data-k="rate"]`), /^\d+\.\d$/);
+  }
+  // Every order of a batch_max 1 product takes the lock for itself: exactly 1.
+  assert.equal(await page.getAttribute('#lane-a', 'data-per-cycle'), '1');
+  assert.equal(await page.textContent('#lane-a [data-k="per_cycle"]'), '1');
+  // How many orders share a cycle depends on timing: only that it is shown, and at least 1.
+  const perCycle = Number(await page.getAttribute('#lane-b', 'data-per-cycle'));
+  assert.ok(perCycle >= 1, `orders per lock cycle ${perCycle}`);
+  assert.match(await page.textContent('#lane-b [data-k="per_cycle"]'), /^\d+(\.\d\d)?$/);
+  // The herd table's column, for both products.
+  await page.locator(`#herd-rows tr[data-product="${single}"] [data-k="per_cycle"]`, { hasText: /^1$/ }).waitFor();
+  await page.locator(`#herd-rows tr[data-product="${batched}"] [data-k="per_cycle"]`, { hasText: /^\d/ }).waitFor();
+  await page.screenshot({ path: join(shots, 'lanes-batched.png'), fullPage: true });
+  await page.click('.lang button[data-lang="zh"]');
+  await page.locator('[data-text="zh"] h3', { hasText: '合并下单' }).waitFor();
+  await page.screenshot({ path: join(shots, 'lanes-batched-zh.png'), fullPage: true });
+  await page.close();
+});
+
 test('the zombie demo shows the fence rejecting the stale write', async () => {
-  const zk = await createProduct(a, 20, 'zk');
+  // A lock per order: on one instance, only another buyer's lock can take over from it.
+  const zk = await createProduct(a, 20, 'zk', 1);
   const page = await openPage(a);
   await page.locator(`.product[data-product="${zk}"]`).waitFor();
   await page.click('summary');
@@ -196,7 +241,7 @@ test('long ZooKeeper paths and lock owners wrap on a phone screen', async () => 
   // is the owner every ticket shows, just as unbroken.
   const root = `/seckill-e2e/${`long-root-${process.pid}-`.padEnd(60, '0123456789abcdef')}`;
   const phone = await startServer(`e2e-phone-${'0123456789'.repeat(4)}`, { zkRoot: root });
-  const zk = await createProduct(phone, 40, 'zk');
+  const zk = await createProduct(phone, 40, 'zk', 1);
   const page = await openPage(phone, { width: 375, height: 812 });
   await page.locator(`.product[data-product="${zk}"]`).waitFor();
   await page.selectOption('#queue-product', String(zk));

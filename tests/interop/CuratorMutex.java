@@ -4,6 +4,9 @@
 //       acquires, prints "acquired", releases when a line arrives on stdin, prints "released"
 //   java -cp ... CuratorMutex.java <connect> <path> try <millis>
 //       prints "acquired" (and releases) or "timeout"
+//   java -cp ... CuratorMutex.java <connect> <path> bench <contenders> <seconds>
+//       loadtest/bench: <contenders> threads, one InterProcessMutex each on one client,
+//       acquire and release in a loop; prints "handoffs <n> seconds <s>"
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.util.concurrent.TimeUnit;
@@ -18,6 +21,11 @@ public class CuratorMutex {
         CuratorFramework client = CuratorFrameworkFactory.newClient(connect, new RetryOneTime(100));
         client.start();
         client.blockUntilConnected();
+        if (mode.equals("bench")) {
+            bench(client, path, Integer.parseInt(args[3]), Double.parseDouble(args[4]));
+            client.close();
+            return;
+        }
         InterProcessMutex mutex = new InterProcessMutex(client, path);
         if (mode.equals("hold")) {
             mutex.acquire();
@@ -33,5 +41,31 @@ public class CuratorMutex {
         }
         System.out.flush();
         client.close();
+    }
+
+    static void bench(CuratorFramework client, String path, int contenders, double seconds)
+            throws Exception {
+        java.util.concurrent.atomic.AtomicLong handoffs = new java.util.concurrent.atomic.AtomicLong();
+        long deadline = System.nanoTime() + (long) (seconds * 1e9);
+        Thread[] threads = new Thread[contenders];
+        for (int i = 0; i < contenders; i++) {
+            threads[i] = new Thread(() -> {
+                InterProcessMutex mutex = new InterProcessMutex(client, path);
+                try {
+                    while (System.nanoTime() < deadline) {
+                        mutex.acquire();
+                        handoffs.incrementAndGet();
+                        mutex.release();
+                    }
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+        }
+        long start = System.nanoTime();
+        for (Thread t : threads) t.start();
+        for (Thread t : threads) t.join();
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        System.out.println("handoffs " + handoffs.get() + " seconds " + elapsed);
     }
 }

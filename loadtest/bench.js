@@ -1,0 +1,59 @@
+// One step of loadtest/bench: an open-model load (orders arrive at RATE per second whatever
+// the answers) for DURATION, spread round-robin over the instances and the hot products,
+// every order from a new buyer. The products are made by loadtest/bench, with stock to spare.
+//
+//   BASE_URLS=http://127.0.0.1:8091,… PRODUCTS=3,4 RATE=800 DURATION=5s k6 run loadtest/bench.js
+//
+// Its JSON summary (RESULTS) carries the counts loadtest/bench reads: orders_paid, the other
+// outcomes, and the latency of POST /orders.
+import http from 'k6/http';
+import exec from 'k6/execution';
+import { Counter } from 'k6/metrics';
+
+const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
+const PRODUCTS = (__ENV.PRODUCTS || '1').split(',').map((p) => parseInt(p, 10));
+const RATE = parseInt(__ENV.RATE || '100', 10);
+const DURATION = __ENV.DURATION || '5s';
+const RUN = __ENV.RUN || `${Date.now()}`;
+
+const ordersPaid = new Counter('orders_paid');
+const ordersRetry = new Counter('orders_retry');
+const ordersOther = new Counter('orders_other');
+
+export const options = {
+  scenarios: {
+    offered: {
+      executor: 'constant-arrival-rate',
+      rate: RATE,
+      timeUnit: '1s',
+      duration: DURATION,
+      // Enough VUs that the offered rate holds while answers are slow: the open model.
+      preAllocatedVUs: Math.min(Math.max(RATE / 4, 20), 1000),
+      maxVUs: Math.min(Math.max(RATE * 2, 100), 4000),
+      // Every order is answered (the server bounds each by its lock timeout): 201s can then
+      // be matched against the units sold.
+      gracefulStop: '60s',
+    },
+  },
+  summaryTrendStats: ['avg', 'med', 'p(90)', 'p(99)', 'max'],
+  discardResponseBodies: false,
+  thresholds: { 'http_req_duration{name:POST /orders}': ['max>=0'] },
+};
+
+export default function () {
+  const i = exec.scenario.iterationInTest;
+  const base = BASE_URLS[i % BASE_URLS.length];
+  const product = PRODUCTS[Math.floor(i / BASE_URLS.length) % PRODUCTS.length];
+  const res = http.post(
+    `${base}/orders`,
+    JSON.stringify({ product_id: product, user_id: `bench-${RUN}-${i}` }),
+    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'POST /orders' }, timeout: '60s' },
+  );
+  if (res.status === 201) ordersPaid.add(1);
+  else if (res.status === 429 || res.status === 503) ordersRetry.add(1);
+  else ordersOther.add(1);
+}
+
+export function handleSummary(data) {
+  return __ENV.RESULTS ? { [__ENV.RESULTS]: JSON.stringify(data) } : {};
+}

@@ -1,0 +1,212 @@
+//! One lock cycle's work: the orders it serves are decided in arrival order against the stock
+//! and the buyers' holdings read once, and written in one transaction — one claim, one read,
+//! one stock write, one statement for every order row, the buyers' units and their keys, one
+//! commit. A lone order is a batch of one; so is every order of a per-request product.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use uuid::Uuid;
+
+use super::demo::Pause;
+use super::store::{self, Row};
+use super::{Order, OrderStatus};
+use crate::error::AppError;
+use crate::inventory::{self, Protection, Read, Terms};
+use crate::state::AppState;
+
+/// One buyer's order, waiting to be served. It has no row yet: its row is written, in its
+/// final status, by the transaction that decides it (or by whatever ends it first).
+#[derive(Clone, Debug)]
+pub struct Ticket {
+    pub id: Uuid,
+    pub user_id: String,
+    pub quantity: i32,
+    pub amount_cents: i64,
+    /// Pay at once (`paying` after the commit), or stop at `reserved`.
+    pub pay: bool,
+    /// Its Idempotency-Key, which learns the order in the same transaction.
+    pub key: Option<String>,
+    /// When it was placed: its time in the queue is measured from here.
+    pub placed: Instant,
+}
+
+/// What the check of read-check-write decided for one order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Served: its units come out of the stock.
+    Take,
+    /// Not enough stock left for it.
+    SoldOut,
+    /// Its buyer would hold more than the product's per-user limit.
+    Limit,
+}
+
+/// Decides every order of a batch in arrival order, exactly as each would be decided alone
+/// one after the other: the buyer's limit first (counting what earlier orders of the batch
+/// gave them), then the stock left by earlier orders. Returns the verdicts and the stock
+/// after them.
+pub fn decide(
+    stock: i32,
+    per_user_limit: i32,
+    held: &HashMap<String, i32>,
+    tickets: &[Ticket],
+) -> (Vec<Verdict>, i32) {
+    let mut left = stock;
+    let mut holding: HashMap<&str, i32> = HashMap::new();
+    let verdicts = tickets
+        .iter()
+        .map(|t| {
+            let has = holding
+                .entry(&t.user_id)
+                .or_insert_with(|| held.get(&t.user_id).copied().unwrap_or(0));
+            if *has + t.quantity > per_user_limit {
+                Verdict::Limit
+            } else if t.quantity > left {
+                Verdict::SoldOut
+            } else {
+                left -= t.quantity;
+                *has += t.quantity;
+                Verdict::Take
+            }
+        })
+        .collect();
+    (verdicts, left)
+}
+
+/// How a batch ended, when it ended in the database.
+pub struct Served {
+    /// Every order's row, in the batch's order, in its final status.
+    pub orders: Vec<Order>,
+    /// The stock after the batch.
+    pub stock: i32,
+}
+
+/// Serves `tickets` under `protection` (the lock, if any, is held by the caller and released
+/// after this returns: after the commit). `acquired` is when the guard was entered, for each
+/// order's time in the queue. An error means nothing was written: not one order sold.
+pub async fn serve(
+    state: &AppState,
+    terms: &Terms,
+    protection: Protection,
+    acquired: Instant,
+    tickets: &[Ticket],
+    pause: Pause,
+) -> Result<Served, AppError> {
+    let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
+    let read = match inventory::read_stock(&state.db, terms.id, protection, &buyers).await? {
+        Read::Ready(read) => read,
+        Read::Fenced => return Err(AppError::LockLost { order_id: None }),
+    };
+    pause.await;
+    let (verdicts, left) = decide(read.stock, terms.per_user_limit, &read.held, tickets);
+    let Some(mut tx) = read.write(left).await? else {
+        return Err(AppError::LockLost { order_id: None });
+    };
+    let fence = match protection {
+        Protection::Fenced(token) => Some(token),
+        _ => None,
+    };
+    let rows: Vec<Row> = tickets
+        .iter()
+        .zip(&verdicts)
+        .map(|(ticket, verdict)| Row {
+            ticket,
+            status: match verdict {
+                Verdict::Take if ticket.pay => OrderStatus::Paying,
+                Verdict::Take => OrderStatus::Reserved,
+                Verdict::SoldOut => OrderStatus::SoldOut,
+                Verdict::Limit => OrderStatus::Failed,
+            },
+            failure: (*verdict == Verdict::Limit).then_some("purchase_limit"),
+            // Time in the queue: only a lock has one.
+            waited: fence.map(|_| acquired.saturating_duration_since(ticket.placed)),
+        })
+        .collect();
+    let mut units: HashMap<&str, i32> = HashMap::new();
+    for (ticket, verdict) in tickets.iter().zip(&verdicts) {
+        if *verdict == Verdict::Take {
+            *units.entry(&ticket.user_id).or_default() += ticket.quantity;
+        }
+    }
+    let size = Some(rows.len() as i32);
+    let orders = store::insert(&mut tx, terms, fence, size, &rows, &units).await?;
+    tx.commit().await?;
+    Ok(Served { orders, stock: left })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(user: &str, quantity: i32) -> Ticket {
+        Ticket {
+            id: Uuid::new_v4(),
+            user_id: user.into(),
+            quantity,
+            amount_cents: 100,
+            pay: true,
+            key: None,
+            placed: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_last_units_go_to_the_first_orders_they_cover() {
+        // 3 left: the order for 2 fits, the next for 2 does not, a later one for 1 still does.
+        let tickets = [ticket("a", 2), ticket("b", 2), ticket("c", 1), ticket("d", 1)];
+        let (verdicts, left) = decide(3, 5, &HashMap::new(), &tickets);
+        use Verdict::*;
+        assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);
+        assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn one_buyer_twice_in_a_batch_gets_no_more_than_the_limit() {
+        let tickets = [ticket("a", 1), ticket("a", 1), ticket("b", 1)];
+        let (verdicts, left) = decide(10, 1, &HashMap::new(), &tickets);
+        assert_eq!(verdicts, [Verdict::Take, Verdict::Limit, Verdict::Take]);
+        assert_eq!(left, 8);
+    }
+
+    #[test]
+    fn what_a_buyer_already_holds_counts_against_the_limit() {
+        let held = HashMap::from([("a".to_string(), 2)]);
+        let tickets = [ticket("a", 1), ticket("b", 3)];
+        let (verdicts, left) = decide(10, 3, &held, &tickets);
+        assert_eq!(verdicts, [Verdict::Take, Verdict::Take]);
+        let (verdicts, _) = decide(10, 2, &held, &tickets[..1]);
+        assert_eq!(verdicts, [Verdict::Limit], "2 held, limit 2");
+        assert_eq!(left, 6);
+    }
+
+    #[test]
+    fn the_limit_is_checked_before_the_stock_as_alone() {
+        // A buyer at the limit is told so even when the stock is gone too.
+        let held = HashMap::from([("a".to_string(), 1)]);
+        let (verdicts, left) = decide(0, 1, &held, &[ticket("a", 1), ticket("b", 1)]);
+        assert_eq!(verdicts, [Verdict::Limit, Verdict::SoldOut]);
+        assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn a_batch_never_takes_more_than_the_stock() {
+        // Arbitrary batches: the units taken never pass the stock, and match the verdicts.
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..500 {
+            let stock = rng.i32(0..20);
+            let tickets: Vec<Ticket> = (0..rng.usize(0..30))
+                .map(|_| ticket(&format!("u{}", rng.u8(0..6)), rng.i32(1..4)))
+                .collect();
+            let (verdicts, left) = decide(stock, rng.i32(1..5), &HashMap::new(), &tickets);
+            let taken: i32 = tickets
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, v)| **v == Verdict::Take)
+                .map(|(t, _)| t.quantity)
+                .sum();
+            assert!((0..=stock).contains(&left));
+            assert_eq!(stock - left, taken);
+        }
+    }
+}

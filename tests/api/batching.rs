@@ -1,0 +1,222 @@
+//! Combined orders: one lock cycle serves every order queued on the instance, each decided
+//! exactly as it would be alone. Each test holds a lock cycle inside its critical section,
+//! queues the orders under test behind it (waiting until the instance's queue shows each),
+//! and lets go: the queued orders are then one batch, in the order they were placed.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use crate::helpers::*;
+
+fn order(base: &str, product: i64, user: &str, quantity: i64) -> JoinHandle<Reply> {
+    let (base, user) = (base.to_string(), user.to_string());
+    tokio::spawn(async move {
+        send(http().post(format!("{base}/orders")).json(&json!({
+            "product_id": product, "user_id": user, "quantity": quantity
+        })))
+        .await
+        .expect("an answer")
+    })
+}
+
+/// Places `orders` (user, quantity) one after another behind a held lock cycle serving
+/// `first`, each queued before the next is placed.
+async fn queue_behind(
+    app: &TestApp,
+    product: i64,
+    first: (&str, i64),
+    orders: &[(&str, i64)],
+) -> (JoinHandle<Reply>, Vec<JoinHandle<Reply>>) {
+    let mut hold = app.holds.hold_next(product);
+    let held = order(&app.base_url, product, first.0, first.1);
+    hold.reached().await;
+    let mut queued = Vec::new();
+    for (i, (user, quantity)) in orders.iter().enumerate() {
+        queued.push(order(&app.base_url, product, user, *quantity));
+        wait_until(Duration::from_secs(30), "the order to queue", || async {
+            (app.combiner.queued(product) == i + 2).then_some(())
+        })
+        .await;
+    }
+    assert!(!held.is_finished(), "the first cycle held throughout");
+    hold.release();
+    (held, queued)
+}
+
+async fn replies(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    for handle in handles {
+        replies.push(handle.await.unwrap());
+    }
+    replies
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_units_go_to_the_orders_they_cover_in_one_lock_cycle() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 5, "max_per_order": 3, "per_user_limit": 3, "batch_max": 64 }),
+    )
+    .await;
+    // 4 left after the first: 3 fits, 2 does not, 1 does, the last 1 does not.
+    let (first, queued) = queue_behind(
+        &app,
+        product,
+        ("first", 1),
+        &[("b", 3), ("c", 2), ("d", 1), ("e", 1)],
+    )
+    .await;
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let replies = replies(queued).await;
+    let outcome: Vec<(StatusCode, &str)> = replies.iter().map(|r| (r.status, r.code())).collect();
+    assert_eq!(
+        outcome,
+        [
+            (StatusCode::CREATED, ""),
+            (StatusCode::CONFLICT, "sold_out"),
+            (StatusCode::CREATED, ""),
+            (StatusCode::CONFLICT, "sold_out"),
+        ],
+        "{replies:?}"
+    );
+    // One lock cycle decided all four, and said so in each answer and row.
+    assert_eq!(replies[0].body["batch_size"], 4, "{replies:?}");
+    assert_eq!(replies[0].body["fence"], replies[2].body["fence"]);
+    let sold_out_id = replies[1].body["order_id"].as_str().expect("an order row");
+    let (status, batch): (String, Option<i32>) =
+        sqlx::query_as("SELECT status, batch_size FROM orders WHERE id = $1::uuid")
+            .bind(sold_out_id)
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), batch), ("sold_out", Some(4)));
+    assert_eq!(env.stock(product).await, 0);
+    let audit = audit(&app.base_url, product).await;
+    assert_eq!((audit["sold"].as_i64(), audit["consistent"].as_bool()), (Some(5), Some(true)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_buyer_twice_in_a_batch_gets_only_the_limit() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 10, "per_user_limit": 1, "batch_max": 64 }),
+    )
+    .await;
+    let (first, queued) =
+        queue_behind(&app, product, ("first", 1), &[("twice", 1), ("twice", 1), ("other", 1)])
+            .await;
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let replies = replies(queued).await;
+    let outcome: Vec<(StatusCode, &str)> = replies.iter().map(|r| (r.status, r.code())).collect();
+    assert_eq!(
+        outcome,
+        [
+            (StatusCode::CREATED, ""),
+            (StatusCode::CONFLICT, "purchase_limit"),
+            (StatusCode::CREATED, ""),
+        ],
+        "{replies:?}"
+    );
+    let held: i32 = sqlx::query_scalar(
+        "SELECT units FROM purchases WHERE product_id = $1 AND user_id = 'twice'",
+    )
+    .bind(product)
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(held, 1);
+    assert_eq!(env.stock(product).await, 7);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_token_went_stale_sells_nothing() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 10, "batch_max": 64 }),
+    )
+    .await;
+    // The second lock cycle (three orders) is held inside its critical section too.
+    let mut second = app.holds.hold_next(product);
+    let (first, queued) =
+        queue_behind(&app, product, ("first", 1), &[("a", 1), ("b", 1), ("c", 1)]).await;
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    second.reached().await;
+    let token = env.fence(product).await;
+    // A newer holder claims the row, as after our session expired under a long pause.
+    sqlx::query("UPDATE products SET fence = $2 WHERE id = $1")
+        .bind(product)
+        .bind(token + 1)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    second.release();
+    let replies = replies(queued).await;
+    for reply in &replies {
+        assert_eq!(
+            (reply.status, reply.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
+            "{reply:?}"
+        );
+        let id = reply.body["order_id"].as_str().expect("an order row");
+        let (status, failure): (String, Option<String>) =
+            sqlx::query_as("SELECT status, failure FROM orders WHERE id = $1::uuid")
+                .bind(id)
+                .fetch_one(&env.db)
+                .await
+                .unwrap();
+        assert_eq!((status.as_str(), failure.as_deref()), ("failed", Some("lock_lost")));
+    }
+    assert_eq!(env.stock(product).await, 9, "only the first cycle sold");
+    // The next lock grant's token is newer than the claim: the sale goes on.
+    let next = place_order(&http(), &app.base_url, product, "next").await.unwrap();
+    assert_eq!(next.status, StatusCode::CREATED, "{next:?}");
+    assert!(next.body["fence"].as_i64() > Some(token + 1));
+    assert_eq!(audit(&app.base_url, product).await["consistent"], true);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 5, "batch_max": 64 }),
+    )
+    .await;
+    let mut hold = app.holds.hold_next(product);
+    let held = order(&app.base_url, product, "first", 1);
+    hold.reached().await;
+
+    // A client that gives up after 300 ms, while its order waits in the instance's queue.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let hung_up = place_order(&impatient, &app.base_url, product, "gone").await;
+    assert!(hung_up.is_err(), "the client timed out: {hung_up:?}");
+    let db = env.db.clone();
+    wait_until(Duration::from_secs(10), "the hung-up order to end failed", || async {
+        let failure: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT failure FROM orders WHERE user_id = 'gone' AND status = 'failed'",
+        )
+        .fetch_optional(&db)
+        .await
+        .ok()?;
+        (failure.flatten().as_deref() == Some("client_gone")).then_some(())
+    })
+    .await;
+    assert_eq!(app.combiner.queued(product), 1, "only the held cycle's order is left");
+    assert!(!held.is_finished());
+    hold.release();
+    assert_eq!(held.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(env.stock(product).await, 4, "the hung-up buyer bought nothing");
+}

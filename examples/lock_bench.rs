@@ -52,6 +52,9 @@ async fn main() -> anyhow::Result<()> {
         task.await??;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    println!("handoffs {} seconds {elapsed}", handoffs.load(Ordering::Relaxed));
+    println!(
+        "handoffs {} seconds {elapsed}",
+        handoffs.load(Ordering::Relaxed)
+    );
     Ok(())
 }

@@ -179,6 +179,7 @@ impl AppError {
             LockLost { .. } => LockLost { order_id: None },
             LockTimeout { .. } => LockTimeout { order_id: None },
             TooBusy => TooBusy,
+            PurchaseLimit { .. } => PurchaseLimit { order_id: None },
             Unavailable(cause) => Unavailable(anyhow::anyhow!("{cause:#}")),
             Internal(cause) => Internal(anyhow::anyhow!("{cause:#}")),
             other => Internal(anyhow::anyhow!("a batch failed with {}", other.code())),

@@ -260,13 +260,25 @@ pub async fn seed_demo(
             vec![
                 ("Mechanical keyboard (zk, a lock per order)", Guard::Zk, 1),
                 ("Mechanical keyboard (no lock: oversells)", Guard::None, 1),
-                ("Mechanical keyboard (zk-herd: naive lock)", Guard::ZkHerd, 1),
-                ("Mechanical keyboard (zk, batched lock)", Guard::Zk, default_batch),
+                (
+                    "Mechanical keyboard (zk-herd: naive lock)",
+                    Guard::ZkHerd,
+                    1,
+                ),
+                (
+                    "Mechanical keyboard (zk, batched lock)",
+                    Guard::Zk,
+                    default_batch,
+                ),
             ]
         } else {
             vec![
                 ("Mechanical keyboard (zk guard)", Guard::Zk, default_batch),
-                ("Mechanical keyboard (pg-atomic guard)", Guard::PgAtomic, default_batch),
+                (
+                    "Mechanical keyboard (pg-atomic guard)",
+                    Guard::PgAtomic,
+                    default_batch,
+                ),
             ]
         };
         for (name, guard, batch) in demo {
@@ -425,7 +437,14 @@ pub async fn enter(
     guard: Guard,
     session: Session,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
-    enter_within(state, product_id, guard, session, state.config.lock_timeout()).await
+    enter_within(
+        state,
+        product_id,
+        guard,
+        session,
+        state.config.lock_timeout(),
+    )
+    .await
 }
 
 /// [`enter`], waiting at most `timeout` for the lock.
@@ -548,20 +567,25 @@ pub async fn read_stock(
         }
         Protection::Atomic | Protection::Unguarded => None,
     };
-    let lock = match protection {
-        Protection::Atomic => "FOR UPDATE OF p",
-        _ => "",
-    };
     let mut tx = db.begin().await?;
+    if matches!(protection, Protection::Atomic) {
+        // Lock the row first, in a statement of its own: the read below then takes its
+        // snapshot after the previous holder's commit, buyers' holdings included. (Locking
+        // in the reading statement would re-read the row but not the holdings.)
+        sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
+            .bind(product_id)
+            .execute(&mut *tx)
+            .await?;
+    }
     // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all otherwise.
-    let row: Option<StockRow> = sqlx::query_as(&format!(
+    let row: Option<StockRow> = sqlx::query_as(
         "SELECT p.stock,
                 (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
                  WHERE h.product_id = p.id AND h.user_id = ANY($3)),
                 (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
                  WHERE h.product_id = p.id AND h.user_id = ANY($3))
-         FROM products p WHERE p.id = $1 AND (p.fence = $2 OR $2 IS NULL) {lock}"
-    ))
+         FROM products p WHERE p.id = $1 AND (p.fence = $2 OR $2 IS NULL)",
+    )
     .bind(product_id)
     .bind(token)
     .bind(buyers)
@@ -587,7 +611,10 @@ pub async fn read_stock(
 impl StockRead {
     /// Writes the stock read-check-write decided on. `None` if a newer holder claimed the row
     /// since our claim: nothing is written (the transaction rolls back when dropped).
-    pub async fn write(mut self, next: i32) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+    pub async fn write(
+        mut self,
+        next: i32,
+    ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
         let written = sqlx::query(&format!(
             "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL) {NOTIFY}"
         ))

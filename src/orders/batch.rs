@@ -130,9 +130,20 @@ pub async fn serve(
         }
     }
     let size = Some(rows.len() as i32);
-    let orders = store::insert(&mut tx, terms, fence, size, &rows, &units).await?;
+    let orders = match store::insert(&mut tx, terms, fence, size, &rows, &units).await {
+        Ok(orders) => orders,
+        // The holdings changed since our read: only possible with no guard (`none`), where
+        // another order of the buyer raced ours. The CHECK refused it: nothing sold.
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some("purchases_within_limit") => {
+            return Err(AppError::PurchaseLimit { order_id: None });
+        }
+        Err(e) => return Err(e.into()),
+    };
     tx.commit().await?;
-    Ok(Served { orders, stock: left })
+    Ok(Served {
+        orders,
+        stock: left,
+    })
 }
 
 #[cfg(test)]
@@ -154,7 +165,12 @@ mod tests {
     #[test]
     fn the_last_units_go_to_the_first_orders_they_cover() {
         // 3 left: the order for 2 fits, the next for 2 does not, a later one for 1 still does.
-        let tickets = [ticket("a", 2), ticket("b", 2), ticket("c", 1), ticket("d", 1)];
+        let tickets = [
+            ticket("a", 2),
+            ticket("b", 2),
+            ticket("c", 1),
+            ticket("d", 1),
+        ];
         let (verdicts, left) = decide(3, 5, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);

@@ -163,8 +163,14 @@ async fn fail_waiting(state: &AppState, terms: &Terms, queue: &Queue, error: App
         failed
     };
     let tickets: Vec<&Ticket> = failed.iter().map(|w| &w.ticket).collect();
-    super::store::ended(&state.db, terms, &tickets, super::OrderStatus::Failed, Some(error.code()))
-        .await;
+    super::store::ended(
+        &state.db,
+        terms,
+        &tickets,
+        super::OrderStatus::Failed,
+        Some(error.code()),
+    )
+    .await;
     for waiting in failed {
         let _ = waiting.reply.send(Err(error.again_for(waiting.ticket.id)));
     }

@@ -102,19 +102,9 @@ pub async fn crash(db: &PgPool, product_id: i64, order_id: Uuid, lock: StockLock
 
 /// Tells the page how the zombie's write ended. Nobody may have taken over within the stall:
 /// then the zombie's token was still the newest and its write was (rightly) accepted.
-pub async fn report_zombie(
-    db: &PgPool,
-    product_id: i64,
-    order_id: Uuid,
-    token: i64,
-    fenced: bool,
-) {
+pub async fn report_zombie(db: &PgPool, product_id: i64, order_id: Uuid, token: i64, fenced: bool) {
     let current = inventory::fence(db, product_id).await.unwrap_or_default();
-    let write = if fenced {
-        "rejected"
-    } else {
-        "accepted"
-    };
+    let write = if fenced { "rejected" } else { "accepted" };
     let event = json!({
         "kind": "zombie", "product_id": product_id, "order_id": order_id,
         "stale_token": token, "current_token": current, "write": write,

@@ -304,12 +304,26 @@ async fn alone(
         Ok(entered) => entered,
         Err(e) => {
             let error = AppError::from(e);
-            store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some(error.code())).await;
+            store::ended(
+                db,
+                &terms,
+                &[&ticket],
+                OrderStatus::Failed,
+                Some(error.code()),
+            )
+            .await;
             return Err(error.for_order(ticket.id));
         }
     };
     let (reply, answer) = oneshot::channel();
-    cycle(state, &terms, entered, demo, vec![Waiting { ticket, reply }]).await;
+    cycle(
+        state,
+        &terms,
+        entered,
+        demo,
+        vec![Waiting { ticket, reply }],
+    )
+    .await;
     answer.await.unwrap_or_else(|_| Err(lost_answer()))
 }
 
@@ -336,7 +350,9 @@ pub(crate) async fn cycle(
             demo::crash(&state.db, terms.id, tickets[0].id, lock).await;
             store::ended(&state.db, terms, &all, OrderStatus::Failed, Some("crashed")).await;
             for (ticket, reply) in tickets.iter().zip(replies) {
-                let _ = reply.send(Err(AppError::LockLost { order_id: Some(ticket.id) }));
+                let _ = reply.send(Err(AppError::LockLost {
+                    order_id: Some(ticket.id),
+                }));
             }
             return;
         }

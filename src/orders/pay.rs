@@ -45,10 +45,11 @@ pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
             _ => Err(AppError::NotPayable { order_id: id }),
         };
     };
-    settle(state, vec![order])
-        .await
-        .pop()
-        .unwrap_or_else(|| Err(AppError::Internal(anyhow!("a settled payment went missing"))))
+    settle(state, vec![order]).await.pop().unwrap_or_else(|| {
+        Err(AppError::Internal(anyhow!(
+            "a settled payment went missing"
+        )))
+    })
 }
 
 /// Settles a batch's orders claimed for payment and answers each.

@@ -119,10 +119,7 @@ pub async fn ended(
 }
 
 /// Gives units back to the user's allowance (their order returned its stock).
-pub(super) async fn release_units(
-    tx: &mut PgConnection,
-    order: &Order,
-) -> Result<(), sqlx::Error> {
+pub(super) async fn release_units(tx: &mut PgConnection, order: &Order) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE purchases SET units = units - $3 WHERE product_id = $1 AND user_id = $2")
         .bind(order.product_id)
         .bind(&order.user_id)

@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::helpers::*;
+use seckill::orders::demo::Hold;
 
 fn order(base: &str, product: i64, user: &str, quantity: i64) -> JoinHandle<Reply> {
     let (base, user) = (base.to_string(), user.to_string());
@@ -30,9 +31,23 @@ async fn queue_behind(
     first: (&str, i64),
     orders: &[(&str, i64)],
 ) -> (JoinHandle<Reply>, Vec<JoinHandle<Reply>>) {
+    let (held, queued, _) = queue_behind_holding(app, product, first, orders, false).await;
+    (held, queued)
+}
+
+/// [`queue_behind`], and with `hold_next` the cycle that serves the queued orders is held
+/// too (armed once the first cycle took its own hold: holds go to cycles in arming order).
+async fn queue_behind_holding(
+    app: &TestApp,
+    product: i64,
+    first: (&str, i64),
+    orders: &[(&str, i64)],
+    hold_next: bool,
+) -> (JoinHandle<Reply>, Vec<JoinHandle<Reply>>, Option<Hold>) {
     let mut hold = app.holds.hold_next(product);
     let held = order(&app.base_url, product, first.0, first.1);
     hold.reached().await;
+    let next = hold_next.then(|| app.holds.hold_next(product));
     let mut queued = Vec::new();
     for (i, (user, quantity)) in orders.iter().enumerate() {
         queued.push(order(&app.base_url, product, user, *quantity));
@@ -43,7 +58,7 @@ async fn queue_behind(
     }
     assert!(!held.is_finished(), "the first cycle held throughout");
     hold.release();
-    (held, queued)
+    (held, queued, next)
 }
 
 async fn replies(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
@@ -97,7 +112,10 @@ async fn the_last_units_go_to_the_orders_they_cover_in_one_lock_cycle() {
     assert_eq!((status.as_str(), batch), ("sold_out", Some(4)));
     assert_eq!(env.stock(product).await, 0);
     let audit = audit(&app.base_url, product).await;
-    assert_eq!((audit["sold"].as_i64(), audit["consistent"].as_bool()), (Some(5), Some(true)));
+    assert_eq!(
+        (audit["sold"].as_i64(), audit["consistent"].as_bool()),
+        (Some(5), Some(true))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,9 +127,13 @@ async fn one_buyer_twice_in_a_batch_gets_only_the_limit() {
         json!({ "stock": 10, "per_user_limit": 1, "batch_max": 64 }),
     )
     .await;
-    let (first, queued) =
-        queue_behind(&app, product, ("first", 1), &[("twice", 1), ("twice", 1), ("other", 1)])
-            .await;
+    let (first, queued) = queue_behind(
+        &app,
+        product,
+        ("first", 1),
+        &[("twice", 1), ("twice", 1), ("other", 1)],
+    )
+    .await;
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     let replies = replies(queued).await;
     let outcome: Vec<(StatusCode, &str)> = replies.iter().map(|r| (r.status, r.code())).collect();
@@ -139,15 +161,17 @@ async fn one_buyer_twice_in_a_batch_gets_only_the_limit() {
 async fn a_batch_whose_token_went_stale_sells_nothing() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&[]).await;
-    let product = create_product_with(
-        &app.base_url,
-        json!({ "stock": 10, "batch_max": 64 }),
+    let product = create_product_with(&app.base_url, json!({ "stock": 10, "batch_max": 64 })).await;
+    // The second lock cycle (three orders) is held inside its critical section too.
+    let (first, queued, second) = queue_behind_holding(
+        &app,
+        product,
+        ("first", 1),
+        &[("a", 1), ("b", 1), ("c", 1)],
+        true,
     )
     .await;
-    // The second lock cycle (three orders) is held inside its critical section too.
-    let mut second = app.holds.hold_next(product);
-    let (first, queued) =
-        queue_behind(&app, product, ("first", 1), &[("a", 1), ("b", 1), ("c", 1)]).await;
+    let mut second = second.expect("the second cycle is held");
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     second.reached().await;
     let token = env.fence(product).await;
@@ -173,11 +197,16 @@ async fn a_batch_whose_token_went_stale_sells_nothing() {
                 .fetch_one(&env.db)
                 .await
                 .unwrap();
-        assert_eq!((status.as_str(), failure.as_deref()), ("failed", Some("lock_lost")));
+        assert_eq!(
+            (status.as_str(), failure.as_deref()),
+            ("failed", Some("lock_lost"))
+        );
     }
     assert_eq!(env.stock(product).await, 9, "only the first cycle sold");
     // The next lock grant's token is newer than the claim: the sale goes on.
-    let next = place_order(&http(), &app.base_url, product, "next").await.unwrap();
+    let next = place_order(&http(), &app.base_url, product, "next")
+        .await
+        .unwrap();
     assert_eq!(next.status, StatusCode::CREATED, "{next:?}");
     assert!(next.body["fence"].as_i64() > Some(token + 1));
     assert_eq!(audit(&app.base_url, product).await["consistent"], true);
@@ -187,11 +216,7 @@ async fn a_batch_whose_token_went_stale_sells_nothing() {
 async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&[]).await;
-    let product = create_product_with(
-        &app.base_url,
-        json!({ "stock": 5, "batch_max": 64 }),
-    )
-    .await;
+    let product = create_product_with(&app.base_url, json!({ "stock": 5, "batch_max": 64 })).await;
     let mut hold = app.holds.hold_next(product);
     let held = order(&app.base_url, product, "first", 1);
     hold.reached().await;
@@ -204,19 +229,31 @@ async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it() {
     let hung_up = place_order(&impatient, &app.base_url, product, "gone").await;
     assert!(hung_up.is_err(), "the client timed out: {hung_up:?}");
     let db = env.db.clone();
-    wait_until(Duration::from_secs(10), "the hung-up order to end failed", || async {
-        let failure: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT failure FROM orders WHERE user_id = 'gone' AND status = 'failed'",
-        )
-        .fetch_optional(&db)
-        .await
-        .ok()?;
-        (failure.flatten().as_deref() == Some("client_gone")).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the hung-up order to end failed",
+        || async {
+            let failure: Option<Option<String>> = sqlx::query_scalar(
+                "SELECT failure FROM orders WHERE user_id = 'gone' AND status = 'failed'",
+            )
+            .fetch_optional(&db)
+            .await
+            .ok()?;
+            (failure.flatten().as_deref() == Some("client_gone")).then_some(())
+        },
+    )
     .await;
-    assert_eq!(app.combiner.queued(product), 1, "only the held cycle's order is left");
+    assert_eq!(
+        app.combiner.queued(product),
+        1,
+        "only the held cycle's order is left"
+    );
     assert!(!held.is_finished());
     hold.release();
     assert_eq!(held.await.unwrap().status, StatusCode::CREATED);
-    assert_eq!(env.stock(product).await, 4, "the hung-up buyer bought nothing");
+    assert_eq!(
+        env.stock(product).await,
+        4,
+        "the hung-up buyer bought nothing"
+    );
 }

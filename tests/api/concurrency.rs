@@ -88,7 +88,10 @@ async fn combined_zk_orders_sell_exactly_the_stock_each_lock_grant_serving_its_b
     .fetch_one(&env.db)
     .await
     .unwrap();
-    assert_eq!(fenced_sales, STOCK, "every sale carried its lock grant's token");
+    assert_eq!(
+        fenced_sales, STOCK,
+        "every sale carried its lock grant's token"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -88,10 +88,11 @@ async fn a_killed_lock_holder_does_not_stall_the_sale() {
     let audit = audit(&urls[1], product).await;
     assert_eq!(audit["consistent"], true, "{audit}");
     // Killed before its commit: the doomed order was never written, so it sold nothing.
-    let doomed_rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE user_id = 'doomed'")
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let doomed_rows: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE user_id = 'doomed'")
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
     assert_eq!(doomed_rows, 0, "the killed order sold nothing");
     assert_eq!(
         audit["sold"], stock,

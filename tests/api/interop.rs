@@ -155,9 +155,11 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
     let orders: Vec<_> = (0..5)
         .map(|i| spawn_order(&app.base_url, product, &format!("buyer-{i}")))
         .collect();
-    wait_until(Duration::from_secs(30), "five orders queued here", || async {
-        (app.combiner.queued(product) == 5).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "five orders queued here",
+        || async { (app.combiner.queued(product) == 5).then_some(()) },
+    )
     .await;
     // Five buyers, one place in the lock queue: the instance's, behind Curator's.
     let watcher = env.zk_client().await;
@@ -170,7 +172,10 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
     for order in orders {
         let reply = order.await.unwrap().unwrap();
         assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
-        assert_eq!(reply.body["batch_size"], 5, "one lock cycle served all: {reply:?}");
+        assert_eq!(
+            reply.body["batch_size"], 5,
+            "one lock cycle served all: {reply:?}"
+        );
     }
     assert_eq!(env.stock(product).await, 5);
 }

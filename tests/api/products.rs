@@ -46,18 +46,23 @@ async fn demo_products_are_seeded_once_however_many_instances_start() {
         .await
         .unwrap();
     assert_eq!(products.status, StatusCode::OK);
-    let guards: Vec<&str> = products
+    let guards: Vec<(&str, i64)> = products
         .body
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p["guard"].as_str().unwrap())
+        .map(|p| {
+            (
+                p["guard"].as_str().unwrap(),
+                p["batch_max"].as_i64().unwrap(),
+            )
+        })
         .collect();
-    // One set, from whichever seeder won: the unsafe set or the safe one, never both.
-    assert!(
-        guards == ["zk", "none", "zk-herd"] || guards == ["zk", "pg-atomic"],
-        "{guards:?}"
-    );
+    // One set, from whichever seeder won: the unsafe set or the safe one, never both. The
+    // batched products take the instance's `--batch-max` (default 256).
+    let unsafe_set = [("zk", 1), ("none", 1), ("zk-herd", 1), ("zk", 256)];
+    let safe_set = [("zk", 256), ("pg-atomic", 256)];
+    assert!(guards == unsafe_set || guards == safe_set, "{guards:?}");
     drop(first);
 }
 

@@ -461,7 +461,11 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
             .iter()
             .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
             .collect();
-        assert_eq!((sold, busy.len()), (2, 6), "batch_max {batch_max}: {replies:?}");
+        assert_eq!(
+            (sold, busy.len()),
+            (2, 6),
+            "batch_max {batch_max}: {replies:?}"
+        );
         assert!(
             busy.iter()
                 .all(|r| r.code() == "too_busy" && r.retry_after.is_some()),

@@ -28,7 +28,7 @@ export const options = {
       timeUnit: '1s',
       duration: DURATION,
       // Enough VUs that the offered rate holds while answers are slow: the open model.
-      preAllocatedVUs: Math.min(Math.max(RATE / 4, 20), 1000),
+      preAllocatedVUs: Math.min(Math.max(Math.ceil(RATE / 4), 20), 1000),
       maxVUs: Math.min(Math.max(RATE * 2, 100), 4000),
       // Every order is answered (the server bounds each by its lock timeout): 201s can then
       // be matched against the units sold.

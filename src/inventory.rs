@@ -437,24 +437,6 @@ pub async fn enter(
     guard: Guard,
     session: Session,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
-    enter_within(
-        state,
-        product_id,
-        guard,
-        session,
-        state.config.lock_timeout(),
-    )
-    .await
-}
-
-/// [`enter`], waiting at most `timeout` for the lock.
-pub async fn enter_within(
-    state: &AppState,
-    product_id: i64,
-    guard: Guard,
-    session: Session,
-    timeout: Duration,
-) -> Result<(Option<StockLock>, Protection), LockError> {
     let Some(recipe) = guard.recipe() else {
         let protection = match guard {
             Guard::None => Protection::Unguarded,
@@ -464,7 +446,7 @@ pub async fn enter_within(
     };
     let lock = state
         .zk
-        .lock_stock(product_id, recipe, session, timeout)
+        .lock_stock(product_id, recipe, session, state.config.lock_timeout())
         .await?;
     let protection = Protection::Fenced(lock.token);
     Ok((Some(lock), protection))

@@ -87,9 +87,18 @@ impl Combiner {
         Ok(answer)
     }
 
+    /// The product's queue, if any order of it ever queued here.
+    fn existing(&self, product_id: i64) -> Option<Arc<Queue>> {
+        self.queues
+            .lock()
+            .expect("queues poisoned")
+            .get(&product_id)
+            .cloned()
+    }
+
     /// Takes the order out of the queue if no lock cycle has taken it yet.
     pub fn withdraw(&self, product_id: i64, id: Uuid) -> Option<Ticket> {
-        let queue = self.queue(product_id);
+        let queue = self.existing(product_id)?;
         let mut st = queue.state.lock().expect("queue poisoned");
         let at = st.waiting.iter().position(|w| w.ticket.id == id)?;
         let waiting = st.waiting.remove(at)?;
@@ -99,9 +108,10 @@ impl Combiner {
 
     /// Orders of the product queued or being served on this instance.
     pub fn queued(&self, product_id: i64) -> usize {
-        let queue = self.queue(product_id);
-        let st = queue.state.lock().expect("queue poisoned");
-        st.waiting.len() + st.serving
+        self.existing(product_id).map_or(0, |queue| {
+            let st = queue.state.lock().expect("queue poisoned");
+            st.waiting.len() + st.serving
+        })
     }
 }
 

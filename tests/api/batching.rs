@@ -15,11 +15,9 @@ use seckill::orders::demo::Hold;
 fn order(base: &str, product: i64, user: &str, quantity: i64) -> JoinHandle<Reply> {
     let (base, user) = (base.to_string(), user.to_string());
     tokio::spawn(async move {
-        send(http().post(format!("{base}/orders")).json(&json!({
-            "product_id": product, "user_id": user, "quantity": quantity
-        })))
-        .await
-        .expect("an answer")
+        place_order_of(&http(), &base, product, &user, quantity)
+            .await
+            .expect("an answer")
     })
 }
 
@@ -61,6 +59,11 @@ async fn queue_behind_holding(
     (held, queued, next)
 }
 
+/// Each reply's status and error code (empty for a success).
+fn outcomes(replies: &[Reply]) -> Vec<(StatusCode, &str)> {
+    replies.iter().map(|r| (r.status, r.code())).collect()
+}
+
 async fn replies(handles: Vec<JoinHandle<Reply>>) -> Vec<Reply> {
     let mut replies = Vec::new();
     for handle in handles {
@@ -88,9 +91,8 @@ async fn the_last_units_go_to_the_orders_they_cover_in_one_lock_cycle() {
     .await;
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     let replies = replies(queued).await;
-    let outcome: Vec<(StatusCode, &str)> = replies.iter().map(|r| (r.status, r.code())).collect();
     assert_eq!(
-        outcome,
+        outcomes(&replies),
         [
             (StatusCode::CREATED, ""),
             (StatusCode::CONFLICT, "sold_out"),
@@ -136,9 +138,8 @@ async fn one_buyer_twice_in_a_batch_gets_only_the_limit() {
     .await;
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     let replies = replies(queued).await;
-    let outcome: Vec<(StatusCode, &str)> = replies.iter().map(|r| (r.status, r.code())).collect();
     assert_eq!(
-        outcome,
+        outcomes(&replies),
         [
             (StatusCode::CREATED, ""),
             (StatusCode::CONFLICT, "purchase_limit"),
@@ -191,15 +192,9 @@ async fn a_batch_whose_token_went_stale_sells_nothing() {
             "{reply:?}"
         );
         let id = reply.body["order_id"].as_str().expect("an order row");
-        let (status, failure): (String, Option<String>) =
-            sqlx::query_as("SELECT status, failure FROM orders WHERE id = $1::uuid")
-                .bind(id)
-                .fetch_one(&env.db)
-                .await
-                .unwrap();
         assert_eq!(
-            (status.as_str(), failure.as_deref()),
-            ("failed", Some("lock_lost"))
+            env.order_row(id).await,
+            ("failed".to_string(), Some("lock_lost".to_string()))
         );
     }
     assert_eq!(env.stock(product).await, 9, "only the first cycle sold");

@@ -80,15 +80,9 @@ async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     assert!(stale_reply.retry_after.is_some());
 
     let stale_id = stale_reply.body["order_id"].as_str().unwrap().to_string();
-    let (status, failure): (String, Option<String>) =
-        sqlx::query_as("SELECT status, failure FROM orders WHERE id = $1::uuid")
-            .bind(&stale_id)
-            .fetch_one(&env.db)
-            .await
-            .unwrap();
     assert_eq!(
-        (status.as_str(), failure.as_deref()),
-        ("failed", Some("lock_lost"))
+        env.order_row(&stale_id).await,
+        ("failed".to_string(), Some("lock_lost".to_string()))
     );
     assert_eq!(env.stock(product).await, 4, "only the fresh holder sold");
     let audit = audit(&fresh.base_url, product).await;

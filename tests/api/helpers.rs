@@ -213,6 +213,15 @@ impl TestEnv {
         .await
     }
 
+    /// An order's status and failure reason, from its row.
+    pub async fn order_row(&self, order_id: &str) -> (String, Option<String>) {
+        sqlx::query_as("SELECT status, failure FROM orders WHERE id = $1::uuid")
+            .bind(order_id)
+            .fetch_one(&self.db)
+            .await
+            .expect("the order's row")
+    }
+
     pub async fn stock(&self, product_id: i64) -> i32 {
         sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
             .bind(product_id)
@@ -331,8 +340,19 @@ pub async fn place_order(
     product_id: i64,
     user: &str,
 ) -> anyhow::Result<Reply> {
+    place_order_of(client, base_url, product_id, user, 1).await
+}
+
+/// [`place_order`] for `quantity` units.
+pub async fn place_order_of(
+    client: &reqwest::Client,
+    base_url: &str,
+    product_id: i64,
+    user: &str,
+    quantity: i64,
+) -> anyhow::Result<Reply> {
     send(client.post(format!("{base_url}/orders")).json(&json!({
-        "product_id": product_id, "user_id": user, "quantity": 1
+        "product_id": product_id, "user_id": user, "quantity": quantity
     })))
     .await
 }

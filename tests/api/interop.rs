@@ -6,8 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 use crate::helpers::*;
 
@@ -50,6 +50,20 @@ fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
     cmd
 }
 
+/// A Curator process holding the product's lock (it says so before this returns); it
+/// releases on `release` at its stdin and then prints `released`.
+async fn curator_holds(env: &TestEnv, product: i64) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut holder = curator(env, product, &["hold"])
+        .spawn()
+        .expect("start java");
+    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+        .await
+        .expect("curator answers");
+    assert_eq!(line.unwrap().as_deref(), Some("acquired"));
+    (holder, out)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_curator_holder_blocks_our_order_until_it_releases() {
     let env = TestEnv::new().await;
@@ -58,14 +72,7 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
         .await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
-    let mut holder = curator(&env, product, &["hold"])
-        .spawn()
-        .expect("start java");
-    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
-        .await
-        .expect("curator answers");
-    assert_eq!(line.unwrap().as_deref(), Some("acquired"));
+    let (mut holder, mut out) = curator_holds(&env, product).await;
 
     let order = spawn_order(&app.base_url, product, "behind-curator");
     let watcher = env.zk_client().await;
@@ -143,14 +150,7 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
         serde_json::json!({ "stock": 10, "batch_max": 64 }),
     )
     .await;
-    let mut holder = curator(&env, product, &["hold"])
-        .spawn()
-        .expect("start java");
-    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
-        .await
-        .expect("curator answers");
-    assert_eq!(line.unwrap().as_deref(), Some("acquired"));
+    let (mut holder, _out) = curator_holds(&env, product).await;
 
     let orders: Vec<_> = (0..5)
         .map(|i| spawn_order(&app.base_url, product, &format!("buyer-{i}")))

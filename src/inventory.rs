@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::AppError;
-use crate::lock::{LockError, Recipe, Session, StockLock};
+use crate::lock::{LockError, Recipe, Session, StockLock, Token};
 use crate::state::AppState;
 
 /// How a product's stock is protected against concurrent buyers.
@@ -372,7 +372,7 @@ pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
     .await
 }
 
-/// The newest fencing token that claimed the product's row.
+/// The zxid of the newest fencing token that claimed the product's row.
 pub async fn fence(db: &PgPool, product_id: i64) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
         .bind(product_id)
@@ -475,7 +475,7 @@ pub fn next_stock(stock: i32, change: Change) -> Option<i32> {
 #[derive(Clone, Copy, Debug)]
 pub enum Protection {
     /// We hold the ZooKeeper lock whose token this is. The row must be claimed for it.
-    Fenced(i64),
+    Fenced(Token),
     /// No lock: PostgreSQL's row lock, taken at the read and held to the commit.
     Atomic,
     /// Nothing: the unsafe demo guard.
@@ -500,6 +500,48 @@ pub enum Outcome {
 const NOTIFY: &str =
     "RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)";
 
+/// The row is still claimed for our token ($2 epoch, $3 zxid), or we hold none (NULLs).
+const STILL_OURS: &str =
+    "(($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))";
+
+/// Claims the product's row for `token`, in a commit of its own, if the token is newer than
+/// the row's: a later zxid of the same ensemble, or any zxid of an ensemble Postgres first
+/// saw later. The second case is how a wiped or replaced ZooKeeper, whose zxids start again
+/// from zero, takes over without anyone editing the database; and why no window opens for
+/// two writers: the order of tokens stays total, and the old ensemble's holders are fenced
+/// out for good even if it comes back. `None`: a newer token has claimed the row.
+async fn claim(db: &PgPool, product_id: i64, token: Token) -> Result<Option<Claim>, sqlx::Error> {
+    loop {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "UPDATE products p SET fence_epoch = e.epoch, fence = $3
+             FROM zk_ensembles e
+             WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) < (e.epoch, $3)
+             RETURNING e.epoch",
+        )
+        .bind(product_id)
+        .bind(token.ensemble)
+        .bind(token.zxid)
+        .fetch_optional(db)
+        .await?;
+        if let Some(epoch) = epoch {
+            return Ok(Some(Claim {
+                epoch,
+                zxid: token.zxid,
+            }));
+        }
+        // Not claimed: a newer token holds the row, or Postgres has not met this ensemble
+        // yet (its first token after a replacement). Numbering it is done once per ensemble.
+        let met = sqlx::query("INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(token.ensemble)
+            .execute(db)
+            .await?;
+        if met.rows_affected() == 0 {
+            return Ok(None);
+        }
+        tracing::warn!(ensemble = %token.ensemble, "a ZooKeeper ensemble new to Postgres granted a lock: its tokens now fence the old ones");
+    }
+}
+
 /// The stock, read under its guard in an open transaction, with the units the order's
 /// buyers already hold (the per-customer limit is decided with the stock), ready to be
 /// written once.
@@ -509,8 +551,16 @@ pub struct StockRead {
     /// Units held per buyer asked about (buyers holding none are absent).
     pub held: HashMap<String, i32>,
     product_id: i64,
-    /// The write is fenced by this token, if we hold a lock.
-    token: Option<i64>,
+    /// The write is fenced by this claim, if we hold a lock.
+    claim: Option<Claim>,
+}
+
+/// A token as the product's row records it: Postgres's number for the token's ensemble
+/// (`zk_ensembles.epoch`, in the order Postgres first saw them) and the zxid.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    epoch: i64,
+    zxid: i64,
 }
 
 /// The stock, and the buyers' holdings as two parallel arrays (NULL when none hold any).
@@ -535,18 +585,11 @@ pub async fn read_stock(
     protection: Protection,
     buyers: &[String],
 ) -> Result<Read, sqlx::Error> {
-    let token = match protection {
-        Protection::Fenced(token) => {
-            let claim = sqlx::query("UPDATE products SET fence = $2 WHERE id = $1 AND fence < $2")
-                .bind(product_id)
-                .bind(token)
-                .execute(db)
-                .await?;
-            if claim.rows_affected() == 0 {
-                return Ok(Read::Fenced);
-            }
-            Some(token)
-        }
+    let claim = match protection {
+        Protection::Fenced(token) => match claim(db, product_id, token).await? {
+            Some(claim) => Some(claim),
+            None => return Ok(Read::Fenced),
+        },
         Protection::Atomic | Protection::Unguarded => None,
     };
     let mut tx = db.begin().await?;
@@ -559,17 +602,18 @@ pub async fn read_stock(
             .execute(&mut *tx)
             .await?;
     }
-    // `fence = $2 OR $2 IS NULL`: fenced when we hold a token, not at all otherwise.
-    let row: Option<StockRow> = sqlx::query_as(
+    // Fenced when we hold a token (the row is still claimed for it), not at all otherwise.
+    let row: Option<StockRow> = sqlx::query_as(&format!(
         "SELECT p.stock,
                 (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($3)),
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
                 (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($3))
-         FROM products p WHERE p.id = $1 AND (p.fence = $2 OR $2 IS NULL)",
-    )
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4))
+         FROM products p WHERE p.id = $1 AND {STILL_OURS}"
+    ))
     .bind(product_id)
-    .bind(token)
+    .bind(claim.map(|c| c.epoch))
+    .bind(claim.map(|c| c.zxid))
     .bind(buyers)
     .fetch_optional(&mut *tx)
     .await?;
@@ -586,7 +630,7 @@ pub async fn read_stock(
         stock,
         held,
         product_id,
-        token,
+        claim,
     }))
 }
 
@@ -598,10 +642,11 @@ impl StockRead {
         next: i32,
     ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
         let written = sqlx::query(&format!(
-            "UPDATE products SET stock = $3, updated_at = now() WHERE id = $1 AND (fence = $2 OR $2 IS NULL) {NOTIFY}"
+            "UPDATE products p SET stock = $4, updated_at = now() WHERE id = $1 AND {STILL_OURS} {NOTIFY}"
         ))
         .bind(self.product_id)
-        .bind(self.token)
+        .bind(self.claim.map(|c| c.epoch))
+        .bind(self.claim.map(|c| c.zxid))
         .bind(next)
         .fetch_optional(&mut *self.tx)
         .await?;

@@ -15,9 +15,11 @@
 //! create was still in flight), and a connection loss during create finds the node by its
 //! unique name. A holder that crashes loses its session and ZooKeeper deletes its node.
 //!
-//! The node's `czxid` is the fencing token: zxids grow with every write to the ensemble, and
-//! both recipes grant in creation order of the granted node, so each new holder's token is
-//! larger than the last.
+//! The fencing [`Token`] is the node's `czxid` with the identity of the ensemble that issued
+//! it: zxids grow with every write to one ensemble, and both recipes grant in creation order
+//! of the granted node, so each new holder's token is larger than the last. A replaced or
+//! wiped ensemble starts its zxids again from zero; its identity (a node created once under
+//! the root, see [`session`]) tells Postgres that the tokens started over.
 //!
 //! - [`session`]: the session, replaced when ZooKeeper expires it.
 //! - [`node`]: node names and queue order; a node of ours that deletes itself on drop.
@@ -43,8 +45,8 @@ pub use view::{QueueView, Ticket, QUEUE_VIEW_MAX};
 pub struct StockLock {
     /// Keeps the node alive; its drop is the release.
     _node: node::OwnNode,
-    /// The node's czxid, checked by Postgres on every stock write.
-    pub token: i64,
+    /// Checked by Postgres on every stock write.
+    pub token: Token,
     /// Time from asking to holding: the queue's cost, reported to the buyer.
     pub waited: Duration,
     /// Watch notifications this acquisition woke up for (1 per wait in a fair queue; up
@@ -52,6 +54,15 @@ pub struct StockLock {
     pub wakeups: u64,
     /// Our place among this instance's waiters for the product, given back with the lock.
     _slot: OwnedSemaphorePermit,
+}
+
+/// A lock's fencing token: which ensemble granted it, and the lock node's `czxid` there.
+/// Tokens of one ensemble order by `zxid`; Postgres orders ensembles by when it first saw
+/// them (see `inventory::read_stock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub ensemble: uuid::Uuid,
+    pub zxid: i64,
 }
 
 /// Which recipe guards a product's stock.
@@ -157,11 +168,18 @@ impl Zk {
                 .clone()
         };
         let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
-        let client = match session {
-            Session::Shared => self.client(),
-            Session::Own => session::open_session(&self.inner.connect, self.inner.session_timeout)
-                .await
-                .map_err(|e| LockError::Unavailable(e.into()))?,
+        let (client, ensemble) = match session {
+            Session::Shared => self.live(),
+            Session::Own => {
+                let unavailable = |e: zk::Error| LockError::Unavailable(e.into());
+                let client = session::open_session(&self.inner.connect, self.inner.session_timeout)
+                    .await
+                    .map_err(unavailable)?;
+                let ensemble = session::identify(&client, self.root())
+                    .await
+                    .map_err(unavailable)?;
+                (client, ensemble)
+            }
         };
         let dir = self.lock_dir(recipe, product_id);
         let started = Instant::now();
@@ -172,7 +190,7 @@ impl Zk {
                 Recipe::Herd => herd::acquire(&client, &dir, instance).await,
             }
         };
-        let (node, token, wakeups) = match tokio::time::timeout(timeout, acquire).await {
+        let (node, zxid, wakeups) = match tokio::time::timeout(timeout, acquire).await {
             Ok(Ok(acquired)) => acquired,
             Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => {
                 return Err(LockError::Lost)
@@ -195,7 +213,7 @@ impl Zk {
         }
         Ok(StockLock {
             _node: node,
-            token,
+            token: Token { ensemble, zxid },
             waited: started.elapsed(),
             wakeups,
             _slot: slot,

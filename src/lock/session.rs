@@ -1,5 +1,12 @@
 //! This instance's one ZooKeeper session, kept alive across expiry: every lock, flag and
 //! watch of the instance goes through it.
+//!
+//! Each session also reads the **ensemble's identity**: a persistent node `{root}/ensemble`
+//! holding a UUID, created by the first instance that finds it missing. A ZooKeeper whose
+//! data was wiped, or a new ensemble in place of the old, has no such node (or another
+//! UUID), and its zxids, the fencing tokens, start again from zero. Postgres learns the new
+//! identity from the first token it sees and orders it after the old one, so the service
+//! recovers on its own instead of fencing every product out (see `inventory::read_stock`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -7,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::{watch, Semaphore};
+use uuid::Uuid;
 use zookeeper_client as zk;
 
 use super::LockStats;
@@ -25,9 +33,10 @@ pub(super) struct Inner {
     pub(super) session_timeout: Duration,
     /// Written into our lock nodes so a person (or the teaching page) sees who waits.
     pub(super) instance: String,
-    /// The live session. Swapped for a new one by [`supervise`] when ZooKeeper expires it;
-    /// requests clone it and never hold the lock across an await.
-    client: RwLock<zk::Client>,
+    /// The live session and the identity of the ensemble it is connected to. Swapped for a
+    /// new one by [`supervise`] when ZooKeeper expires it; requests clone it and never hold
+    /// the lock across an await.
+    live: RwLock<(zk::Client, Uuid)>,
     /// Bounds each product's queue on this instance: a flood cannot pile up unbounded
     /// waiters (and ZooKeeper nodes) behind one lock.
     pub(super) max_waiters: usize,
@@ -54,13 +63,17 @@ impl Zk {
         super::node::make_dir(&client, &format!("{root}/locks/stock"))
             .await
             .with_context(|| format!("creating {root}/locks/stock"))?;
+        let ensemble = identify(&client, &root)
+            .await
+            .with_context(|| format!("reading {root}/ensemble"))?;
+        tracing::info!(%ensemble, "ZooKeeper ensemble identified");
         let zk = Zk {
             inner: Arc::new(Inner {
                 connect: connect.to_string(),
                 root,
                 session_timeout,
                 instance,
-                client: RwLock::new(client),
+                live: RwLock::new((client, ensemble)),
                 max_waiters,
                 waiters: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
@@ -73,8 +86,13 @@ impl Zk {
 
     /// The current session (cheap clone).
     pub fn client(&self) -> zk::Client {
+        self.live().0
+    }
+
+    /// The current session and its ensemble's identity, read together.
+    pub(super) fn live(&self) -> (zk::Client, Uuid) {
         self.inner
-            .client
+            .live
             .read()
             .expect("zk client lock poisoned")
             .clone()
@@ -143,21 +161,54 @@ pub(super) async fn open_session(
         .await
 }
 
-/// Replaces the session when ZooKeeper expires it (a long partition, a paused process).
-/// While it is gone, lock requests fail fast as `unavailable` rather than hang. Stops when
-/// the last [`Zk`] handle is dropped.
+/// The ensemble's identity, from `{root}/ensemble`; the first session to find it missing
+/// creates it (a race between instances is settled by the create: the loser reads).
+pub(super) async fn identify(client: &zk::Client, root: &str) -> Result<Uuid, zk::Error> {
+    let path = format!("{root}/ensemble");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    loop {
+        let fresh = Uuid::new_v4();
+        match client.create(&path, fresh.as_bytes(), &persistent).await {
+            Ok(_) => return Ok(fresh),
+            Err(zk::Error::NoNode) => super::node::make_dir(client, root).await?,
+            Err(zk::Error::NodeExists) => {}
+            // Created or not, the next create finds out (NodeExists, then the read).
+            Err(zk::Error::ConnectionLoss) => continue,
+            Err(e) => return Err(e),
+        }
+        match client.get_data(&path).await {
+            Ok((data, _)) => {
+                return Uuid::from_slice(&data).map_err(|_| {
+                    zk::Error::UnexpectedError(format!(
+                        "{path} holds {} bytes, not an ensemble UUID",
+                        data.len()
+                    ))
+                })
+            }
+            Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Replaces the session when ZooKeeper expires it (a long partition, a paused process, a
+/// replaced ensemble). While it is gone, lock requests fail fast as `unavailable` rather than
+/// hang. Stops when the last [`Zk`] handle is dropped.
 async fn supervise(inner: std::sync::Weak<Inner>) {
     loop {
         let mut watcher = match inner.upgrade() {
             Some(inner) => inner
-                .client
+                .live
                 .read()
                 .expect("zk client lock poisoned")
+                .0
                 .state_watcher(),
             None => return,
         };
         // The watcher counts the current state as seen: check it first, or a session that
-        // ended before we looked would never be replaced.
+        // ended before we looked would never be replaced. (The client expires a session
+        // itself when no server answers within its timeout, so this also ends when a wiped
+        // server keeps refusing a client that has seen newer zxids than its own.)
         let mut state = watcher.state();
         while !state.is_terminated() {
             state = watcher.changed().await;
@@ -169,10 +220,16 @@ async fn supervise(inner: std::sync::Weak<Inner>) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let Some(live) = inner.upgrade() else { return };
-            match open_session(&live.connect, live.session_timeout).await {
-                Ok(client) => {
-                    tracing::info!(session = ?client.session_id(), "ZooKeeper session re-established");
-                    *live.client.write().expect("zk client lock poisoned") = client;
+            let opened = match open_session(&live.connect, live.session_timeout).await {
+                Ok(client) => identify(&client, &live.root)
+                    .await
+                    .map(|ensemble| (client, ensemble)),
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok((client, ensemble)) => {
+                    tracing::info!(session = ?client.session_id(), %ensemble, "ZooKeeper session re-established");
+                    *live.live.write().expect("zk client lock poisoned") = (client, ensemble);
                     break;
                 }
                 Err(e) => {

@@ -104,7 +104,7 @@ pub async fn serve(
         return Err(AppError::LockLost { order_id: None });
     };
     let fence = match protection {
-        Protection::Fenced(token) => Some(token),
+        Protection::Fenced(token) => Some(token.zxid),
         _ => None,
     };
     let rows: Vec<Row> = tickets

@@ -79,7 +79,7 @@ pub fn pause_for(
     demo: Option<Demo>,
     lock: &mut Option<StockLock>,
 ) -> Pause {
-    match (demo, lock.as_ref().map(|l| l.token)) {
+    match (demo, lock.as_ref().map(|l| l.token.zxid)) {
         (Some(Demo::Zombie), Some(token)) => Box::pin(stall_until_superseded(
             state.db.clone(),
             product_id,
@@ -93,7 +93,7 @@ pub fn pause_for(
 /// The crash: the holder's session ends with its lock (its node vanishes, as in a crash)
 /// before it writes anything.
 pub async fn crash(db: &PgPool, product_id: i64, order_id: Uuid, lock: StockLock) {
-    let token = lock.token;
+    let token = lock.token.zxid;
     drop(lock);
     let event =
         json!({ "kind": "crash", "product_id": product_id, "order_id": order_id, "token": token });

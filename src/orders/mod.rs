@@ -357,7 +357,7 @@ pub(crate) async fn cycle(
             return;
         }
     }
-    let token = lock.as_ref().map(|l| l.token);
+    let token = lock.as_ref().map(|l| l.token.zxid);
     let pause = demo::pause_for(state, terms.id, demo, &mut lock);
     let served = batch::serve(state, terms, protection, acquired, &tickets, pause).await;
     if let (Some(Demo::Zombie), Some(token)) = (demo, token) {

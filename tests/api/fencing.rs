@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use seckill::inventory::{self, Change, Outcome, Protection};
+use seckill::lock::Token;
 use tokio::sync::oneshot;
+use uuid::Uuid;
 use zookeeper_client as zk;
 
 use crate::helpers::*;
@@ -95,6 +97,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     let app = env.spawn_app(&[]).await;
     let product = create_product(&app.base_url, 10, "zk").await;
     let db = env.db.clone();
+    let ours = Uuid::new_v4();
 
     // Token 10 claims and reads, then pauses until told; token 20 claims and sells meanwhile.
     let (read, has_read) = oneshot::channel::<()>();
@@ -106,8 +109,14 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
                 let _ = read.send(());
                 let _ = write.await;
             };
-            inventory::change_stock(&db, product, Change::Take(1), Protection::Fenced(10), pause)
-                .await
+            inventory::change_stock(
+                &db,
+                product,
+                Change::Take(1),
+                Protection::Fenced(token(ours, 10)),
+                pause,
+            )
+            .await
         }
     });
     has_read.await.expect("token 10 reached its pause");
@@ -116,7 +125,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
         &db,
         product,
         Change::Take(1),
-        Protection::Fenced(20),
+        Protection::Fenced(token(ours, 20)),
         async {},
     )
     .await
@@ -135,10 +144,85 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
         &db,
         product,
         Change::Take(1),
-        Protection::Fenced(15),
+        Protection::Fenced(token(ours, 15)),
         async {},
     )
     .await;
     assert!(matches!(late, Ok(Outcome::Fenced)));
     assert_eq!(env.stock(product).await, 9);
+}
+
+fn token(ensemble: Uuid, zxid: i64) -> Token {
+    Token { ensemble, zxid }
+}
+
+/// Takes one unit under `token`, committing if the write was allowed.
+async fn take_one(db: &sqlx::PgPool, product: i64, token: Token) -> bool {
+    match inventory::change_stock(
+        db,
+        product,
+        Change::Take(1),
+        Protection::Fenced(token),
+        async {},
+    )
+    .await
+    {
+        Ok(Outcome::Applied(tx)) => {
+            tx.commit().await.unwrap();
+            true
+        }
+        Ok(Outcome::Fenced) => false,
+        _ => panic!("unexpected outcome"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_reverse() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 10, "zk").await;
+    let db = env.db.clone();
+    let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+
+    assert!(
+        take_one(&db, product, token(old, 5_000)).await,
+        "the first ensemble sells"
+    );
+    // The old ensemble's holder reads, then pauses; meanwhile ZooKeeper is replaced and the
+    // new ensemble's first holder, with a far smaller zxid, claims the row and sells.
+    let (read, has_read) = oneshot::channel::<()>();
+    let (go_on, write) = oneshot::channel::<()>();
+    let stale = tokio::spawn({
+        let db = db.clone();
+        async move {
+            let pause = async move {
+                let _ = read.send(());
+                let _ = write.await;
+            };
+            inventory::change_stock(
+                &db,
+                product,
+                Change::Take(1),
+                Protection::Fenced(token(old, 5_001)),
+                pause,
+            )
+            .await
+        }
+    });
+    has_read.await.expect("the old holder reached its pause");
+    assert!(
+        take_one(&db, product, token(new, 7)).await,
+        "the new ensemble takes over on its own"
+    );
+    go_on.send(()).expect("the old holder still paused");
+    assert!(
+        matches!(stale.await.unwrap(), Ok(Outcome::Fenced)),
+        "the old ensemble's write in flight must be refused"
+    );
+    // The old ensemble coming back (any zxid) cannot take the row back: no flip-flopping.
+    assert!(!take_one(&db, product, token(old, 9_999_999)).await);
+    // Within the new ensemble, tokens order by zxid as before.
+    assert!(!take_one(&db, product, token(new, 6)).await);
+    assert!(take_one(&db, product, token(new, 8)).await);
+    assert_eq!(env.stock(product).await, 7, "three sales were allowed");
 }

@@ -120,6 +120,10 @@ impl Config {
         Duration::from_millis(self.lock_timeout_ms)
     }
 
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
     pub fn stock_think(&self) -> Duration {
         Duration::from_millis(self.stock_think_ms)
     }

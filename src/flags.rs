@@ -19,7 +19,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use crate::lock::Zk;
+use crate::lock::{make_dir, Zk};
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -41,17 +41,9 @@ impl Flags {
     pub async fn start(zk: Zk, root: &str, name: &str) -> anyhow::Result<Flags> {
         let dir = format!("{root}/{name}");
         let client = zk.client();
-        match client
-            .create(
-                &dir,
-                &[],
-                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            )
+        make_dir(&client, &dir)
             .await
-        {
-            Ok(_) | Err(zk::Error::NodeExists) => {}
-            Err(e) => return Err(e).with_context(|| format!("creating {dir}")),
-        }
+            .with_context(|| format!("creating {dir}"))?;
         let flags = Flags {
             inner: Arc::new(Inner {
                 zk,
@@ -75,6 +67,12 @@ impl Flags {
             .contains(flag)
     }
 
+    /// Every flag raised, as this instance sees them.
+    pub fn all_raised(&self) -> Vec<String> {
+        let flagged = self.inner.flagged.read().expect("flag set poisoned");
+        flagged.iter().cloned().collect()
+    }
+
     /// Resolves once this instance sees `flag` raised.
     pub async fn raised(&self, flag: &str) {
         let mut changes = self.inner.changes.subscribe();
@@ -92,8 +90,14 @@ impl Flags {
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let path = self.path(flag);
         let created = retry(|| async {
-            match self.inner.zk.client().create(&path, &[], &persistent).await {
+            let client = self.inner.zk.client();
+            match client.create(&path, &[], &persistent).await {
                 Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                // The directory went with a wiped ZooKeeper: make it again, then retry.
+                Err(zk::Error::NoNode) => {
+                    make_dir(&client, &self.inner.dir).await?;
+                    Err(zk::Error::ConnectionLoss)
+                }
                 Err(e) => Err(e),
             }
         })
@@ -170,7 +174,15 @@ where
 }
 
 async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
-    let children = client.list_children(&inner.dir).await?;
+    let children = match client.list_children(&inner.dir).await {
+        Ok(children) => children,
+        // A wiped or replaced ZooKeeper: no flags, and the directory made again.
+        Err(zk::Error::NoNode) => {
+            make_dir(client, &inner.dir).await?;
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
     *inner.flagged.write().expect("flag set poisoned") = children.into_iter().collect();
     inner.changes.send_modify(|n| *n += 1);
     Ok(())

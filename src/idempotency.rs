@@ -100,77 +100,104 @@ enum Begin {
 }
 
 async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sqlx::Error> {
-    let inserted = sqlx::query(
-        "INSERT INTO idempotency_keys (key, request) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
-    )
-    .bind(key)
-    .bind(fingerprint)
-    .execute(db)
-    .await?;
-    if inserted.rows_affected() == 1 {
-        return Ok(Begin::First);
-    }
-    let row: Option<KeyRow> = sqlx::query_as(
-        "SELECT request, status_code, response, order_id,
-                created_at < now() - interval '1 minute' AS stale
-         FROM idempotency_keys WHERE key = $1",
-    )
-    .bind(key)
-    .fetch_optional(db)
-    .await?;
-    let Some(row) = row else {
-        // Deleted in between (the first attempt was transient): ask the client to retry.
-        return Ok(Begin::InProgress);
-    };
-    if row.request != *fingerprint {
-        return Ok(Begin::Mismatch);
-    }
-    if let (Some(status), Some(body)) = (row.status_code, row.response) {
-        return Ok(Begin::Replay(Reply {
-            status: StatusCode::from_u16(status as u16)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body,
-            replayed: true,
-        }));
-    }
-    if let Some(order_id) = row.order_id {
-        // No answer kept, but an order: its attempt failed after the order had effects (or
-        // its instance died). Answer from the order as it stands, once it has settled.
-        return Ok(match settled(db, key, order_id).await? {
-            Some(reply) => Begin::Replay(reply),
-            None => Begin::InProgress,
-        });
-    }
-    if row.stale {
-        // No answer and no order after a minute: abandoned before it did anything. Forget
-        // it, so the next retry runs afresh.
-        sqlx::query(
-            "DELETE FROM idempotency_keys WHERE key = $1 AND order_id IS NULL AND response IS NULL",
+    // Twice at most: a key freed below (its order sold nothing) is taken afresh.
+    for _ in 0..2 {
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency_keys (key, request) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
         )
         .bind(key)
+        .bind(fingerprint)
         .execute(db)
         .await?;
+        if inserted.rows_affected() == 1 {
+            return Ok(Begin::First);
+        }
+        let row: Option<KeyRow> = sqlx::query_as(
+            "SELECT request, status_code, response, order_id,
+                    created_at < now() - interval '1 minute' AS stale
+             FROM idempotency_keys WHERE key = $1",
+        )
+        .bind(key)
+        .fetch_optional(db)
+        .await?;
+        let Some(row) = row else {
+            // Deleted in between (the first attempt was transient): ask the client to retry.
+            return Ok(Begin::InProgress);
+        };
+        if row.request != *fingerprint {
+            return Ok(Begin::Mismatch);
+        }
+        if let (Some(status), Some(body)) = (row.status_code, row.response) {
+            return Ok(Begin::Replay(Reply {
+                status: StatusCode::from_u16(status as u16)
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                body,
+                replayed: true,
+            }));
+        }
+        if let Some(order_id) = row.order_id {
+            // No answer kept, but an order: its attempt failed after the order had effects
+            // (or its instance died). Answer from the order as it stands, once it has
+            // settled; an order that sold nothing frees the key for this attempt.
+            match settled(db, key, order_id).await? {
+                Settled::Reply(reply) => return Ok(Begin::Replay(reply)),
+                Settled::Moving => return Ok(Begin::InProgress),
+                Settled::NothingSold => {
+                    forget(db, key, Some(order_id)).await?;
+                    continue;
+                }
+            }
+        }
+        if row.stale {
+            // No answer and no order after a minute: abandoned before it did anything.
+            // Forget it and take the key afresh.
+            forget(db, key, None).await?;
+            continue;
+        }
+        return Ok(Begin::InProgress);
     }
     Ok(Begin::InProgress)
 }
 
+/// Deletes the key's row if it still has no answer kept and still names `order_id`.
+async fn forget(db: &PgPool, key: &str, order_id: Option<Uuid>) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM idempotency_keys
+         WHERE key = $1 AND response IS NULL AND order_id IS NOT DISTINCT FROM $2",
+    )
+    .bind(key)
+    .bind(order_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+enum Settled {
+    /// The order's outcome, kept from now on.
+    Reply(Reply),
+    /// Still moving (its lock cycle or payment is running).
+    Moving,
+    /// It ended without selling anything (`failed`): the key may place an order afresh.
+    NothingSold,
+}
+
 /// The answer for a key whose order settled without the answer being kept: the order if it
-/// was reserved or paid, the decline if its payment failed (kept from now on). `None` while
-/// the order is still moving.
-async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Option<Reply>, sqlx::Error> {
+/// was reserved, paid or expired, the decline if its payment failed.
+async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Settled, sqlx::Error> {
     let Some(order) = orders::get(db, order_id).await? else {
-        return Ok(None);
+        return Ok(Settled::Moving);
     };
     let reply = match order.status {
-        OrderStatus::Paid | OrderStatus::Reserved => Reply::of(Ok(order)),
+        OrderStatus::Paid | OrderStatus::Reserved | OrderStatus::Expired => Reply::of(Ok(order)),
         OrderStatus::PaymentFailed => Reply::of(Err(AppError::PaymentFailed { order_id })),
         OrderStatus::SoldOut => Reply::of(Err(AppError::SoldOut {
             order_id: Some(order_id),
         })),
-        _ => return Ok(None),
+        OrderStatus::Failed => return Ok(Settled::NothingSold),
+        OrderStatus::Created | OrderStatus::Paying => return Ok(Settled::Moving),
     };
     finish(db, key, &reply, false).await?;
-    Ok(Some(Reply {
+    Ok(Settled::Reply(Reply {
         replayed: true,
         ..reply
     }))

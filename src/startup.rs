@@ -11,6 +11,7 @@ use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::events::Events;
@@ -92,6 +93,7 @@ impl Application {
             holds: Holds::default(),
             catalog: Catalog::default(),
             combiner: Combiner::default(),
+            tasks: TaskTracker::new(),
             config: Arc::new(config),
         };
         Ok(Application { listener, state })
@@ -109,38 +111,53 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting and gives in-flight requests
-    /// `--shutdown-grace-ms` to finish; then closes the ZooKeeper session so our lock nodes
-    /// go now, not a session timeout later, and waiters on other instances proceed at once.
+    /// Serves until `shutdown` resolves, then stops accepting and gives in-flight requests,
+    /// and the order tasks behind them, `--shutdown-grace-ms` to finish; then closes the
+    /// ZooKeeper session so our lock nodes go now, not a session timeout later, and waiters
+    /// on other instances proceed at once.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let Application { listener, state } = self;
+        let tasks = state.tasks.clone();
         let zk = state.zk.clone();
         let db = state.db.clone();
         let grace = Duration::from_millis(state.config.shutdown_grace_ms);
         let sweeper = tokio::spawn(orders::sweep::run(state.clone()));
         let events = state.events.clone();
 
-        let (stopping, stopped) = oneshot::channel::<()>();
+        let (stopping, stopped) = oneshot::channel::<tokio::time::Instant>();
         let signal = async move {
             shutdown.await;
             // Event streams never end on their own; end them so the server can drain.
             events.stop();
-            let _ = stopping.send(());
+            let _ = stopping.send(tokio::time::Instant::now() + grace);
         };
         let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(signal);
+        let server = std::future::IntoFuture::into_future(server);
+        let wait_for_server = async {
+            server.await.context("serving HTTP")?;
+            // A client that hung up leaves its order running in its task, and a lock cycle
+            // may serve orders of connections that are gone: they must finish before the
+            // pool closes, or they fail half way (a sale charged but not recorded as paid).
+            tasks.close();
+            tasks.wait().await;
+            anyhow::Ok(())
+        };
         let deadline = async {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
+            match stopped.await {
+                Ok(deadline) => tokio::time::sleep_until(deadline).await,
+                Err(_) => std::future::pending().await,
             }
         };
         tokio::select! {
-            served = std::future::IntoFuture::into_future(server) => served.context("serving HTTP")?,
-            _ = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; closing anyway"),
+            drained = wait_for_server => drained?,
+            _ = deadline => tracing::warn!(
+                ?grace,
+                tasks = tasks.len(),
+                "requests or orders still in flight after the grace period; closing anyway"
+            ),
         }
         sweeper.abort();
         let _ = sweeper.await;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::events::Events;
@@ -32,5 +33,8 @@ pub struct AppState {
     pub catalog: Catalog,
     /// Orders waiting, per product, for their lock cycle on this instance.
     pub combiner: Combiner,
+    /// Every task that carries orders (order tasks, lock cycles, payments): shutdown waits
+    /// for them, within its grace period, before it closes the database pool under them.
+    pub tasks: TaskTracker,
     pub config: Arc<Config>,
 }

@@ -38,7 +38,10 @@ async fn create(
     // Before the key is stored: a request that can never be valid is not worth remembering.
     new.validate().map_err(AppError::InvalidRequest)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move { idempotency::place(&state, key, new, client_gone).await });
+    let task = state
+        .tasks
+        .clone()
+        .spawn(async move { idempotency::place(&state, key, new, client_gone).await });
     let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;
     Ok(reply.into_response())
 }
@@ -61,7 +64,10 @@ async fn pay(
     Path(id): Path<String>,
 ) -> Result<Json<Order>, AppError> {
     let id = parse_id(&id, "order id")?;
-    let task = tokio::spawn(async move { orders::pay(&state, id).await });
+    let task = state
+        .tasks
+        .clone()
+        .spawn(async move { orders::pay(&state, id).await });
     let order = task.await.map_err(|e| AppError::Internal(e.into()))??;
     Ok(Json(order))
 }

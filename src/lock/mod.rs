@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zookeeper_client as zk;
 
+pub use node::make_dir;
 pub use session::Zk;
 pub use view::{QueueView, Ticket, QUEUE_VIEW_MAX};
 

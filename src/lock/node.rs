@@ -109,8 +109,8 @@ async fn delete_by_marker(client: &zk::Client, dir: &str, marker: &str) -> Resul
     Ok(())
 }
 
-/// Creates a lock directory (and its parents) if missing.
-pub(crate) async fn make_dir(client: &zk::Client, dir: &str) -> Result<(), zk::Error> {
+/// Creates a directory (and its parents) if missing.
+pub async fn make_dir(client: &zk::Client, dir: &str) -> Result<(), zk::Error> {
     match client
         .mkdir(
             dir,

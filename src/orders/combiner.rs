@@ -82,7 +82,7 @@ impl Combiner {
             !std::mem::replace(&mut st.worker, true)
         };
         if start_worker {
-            tokio::spawn(work(state.clone(), terms, queue));
+            state.tasks.spawn(work(state.clone(), terms, queue));
         }
         Ok(answer)
     }

@@ -396,7 +396,7 @@ pub(crate) async fn cycle(
         let _ = reply.send(answer);
     }
     if !paying.is_empty() {
-        tokio::spawn(pay::settle_and_answer(state.clone(), paying));
+        state.tasks.spawn(pay::settle_and_answer(state.clone(), paying));
     }
 }
 

@@ -1,7 +1,15 @@
 //! The background work every instance does, once a `--expiry-interval-ms`: return the stock
-//! of reservations past their deadline, settle payments abandoned half way, and (once a
-//! minute) forget old Idempotency-Keys. Safe on all instances at once: every move is
-//! conditional on the order's status, so each happens once.
+//! of reservations past their deadline, settle payments abandoned half way, close orders left
+//! `created`, lower sold-out flags that the stock contradicts, and (once a minute) forget old
+//! Idempotency-Keys.
+//!
+//! Safe on all instances at once, and nothing stays stuck:
+//! - an instance **takes** the rows it works on (`sweep_after` moved a lease into the future,
+//!   `FOR UPDATE SKIP LOCKED`), so the others work on other rows instead of the same ones;
+//! - every move is still conditional on the order's status, so a lease that runs out while
+//!   its instance is slow costs a repeated attempt, never a repeated effect;
+//! - an order that cannot be settled is logged and left to its lease: the next pass takes
+//!   the rows behind it rather than stopping at it.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +21,13 @@ use crate::state::AppState;
 /// A payment that has not finished in this long was abandoned (its instance died, or the
 /// database failed it half way); no charge takes anywhere near it.
 pub const STALE_PAYMENT: Duration = Duration::from_secs(300);
+
+/// How long a row taken by one instance's sweep is left alone by the others; also how long
+/// an order that could not be settled waits before the next try.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// Rows one pass takes per question.
+const PASS: i64 = 100;
 
 /// Sweeps until the task is aborted (shutdown).
 pub async fn run(state: AppState) {
@@ -29,6 +44,14 @@ pub async fn run(state: AppState) {
         if let Err(e) = settle_stale_payments(&state).await {
             tracing::warn!(error = %e, "settling stale payments failed");
         }
+        match close_abandoned(&state).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(orders = n, "closed orders left `created` (nothing sold)"),
+            Err(e) => tracing::warn!(error = %e, "closing abandoned orders failed"),
+        }
+        if let Err(e) = lower_contradicted_flags(&state).await {
+            tracing::warn!(error = %e, "checking sold-out flags against the stock failed");
+        }
         if purged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
             purged_at = Some(Instant::now());
             if let Err(e) = idempotency::purge(&state.db, key_ttl).await {
@@ -38,21 +61,35 @@ pub async fn run(state: AppState) {
     }
 }
 
+/// Takes up to [`PASS`] orders in `status` whose `since` is at least `age` ago and that no
+/// other sweep holds, oldest first, for [`LEASE`].
+async fn take(state: &AppState, status: &str, since: &str, age: Duration) -> sqlx::Result<Vec<Order>> {
+    sqlx::query_as(&format!(
+        "UPDATE orders SET sweep_after = now() + make_interval(secs => $2)
+         WHERE id IN (SELECT o.id FROM orders o
+                      WHERE o.status = $1 AND o.{since} <= now() - make_interval(secs => $4)
+                        AND (o.sweep_after IS NULL OR o.sweep_after <= now())
+                      ORDER BY o.{since} LIMIT $3 FOR UPDATE SKIP LOCKED)
+         RETURNING *"
+    ))
+    .bind(status)
+    .bind(LEASE.as_secs_f64())
+    .bind(PASS)
+    .bind(age.as_secs_f64())
+    .fetch_all(&state.db)
+    .await
+}
+
 /// One pass of the expiry: returns the stock of reservations past their deadline.
 pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
-    let due: Vec<Order> = sqlx::query_as(
-        "SELECT * FROM orders WHERE status = 'reserved' AND expires_at <= now()
-         ORDER BY expires_at LIMIT 100",
-    )
-    .fetch_all(&state.db)
-    .await?;
+    let due = take(state, "reserved", "expires_at", Duration::ZERO).await?;
     let mut expired = 0;
     for order in &due {
         match release(state, order, OrderStatus::Reserved, OrderStatus::Expired).await {
             Ok(true) => expired += 1,
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed")
+                tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed; retrying later")
             }
         }
     }
@@ -63,36 +100,73 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
 async fn settle_stale_payments(state: &AppState) -> anyhow::Result<()> {
-    let stale: Vec<Order> = sqlx::query_as(
-        "SELECT * FROM orders WHERE status = 'paying' AND updated_at < now() - make_interval(secs => $1)
-         ORDER BY updated_at LIMIT 100",
-    )
-    .bind(STALE_PAYMENT.as_secs_f64())
-    .fetch_all(&state.db)
-    .await?;
+    let stale = take(state, "paying", "updated_at", STALE_PAYMENT).await?;
     for order in stale {
-        let charged: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded')",
-        )
-        .bind(order.id)
-        .fetch_one(&state.db)
-        .await?;
-        if charged {
-            sqlx::query("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'")
-                .bind(order.id)
-                .execute(&state.db)
-                .await?;
-            tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
-        } else if release(
-            state,
-            &order,
-            OrderStatus::Paying,
-            OrderStatus::PaymentFailed,
-        )
-        .await?
-        {
-            tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
+        if let Err(e) = settle(state, &order).await {
+            tracing::warn!(order = %order.id, error = %e, "settling an abandoned payment failed; retrying later");
         }
+    }
+    Ok(())
+}
+
+async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
+    let charged: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded')",
+    )
+    .bind(order.id)
+    .fetch_one(&state.db)
+    .await?;
+    if charged {
+        sqlx::query("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'")
+            .bind(order.id)
+            .execute(&state.db)
+            .await?;
+        tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
+    } else if release(state, order, OrderStatus::Paying, OrderStatus::PaymentFailed).await? {
+        tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
+    }
+    Ok(())
+}
+
+/// Closes orders left `created` longer than any order can run (lock timeout + request
+/// timeout): their process died before the sale decided them, so nothing was sold. They end
+/// `failed` (`abandoned`), and their Idempotency-Key is free for a retry. (This version
+/// writes no `created` rows; earlier ones did, and an upgrade may find some.)
+async fn close_abandoned(state: &AppState) -> sqlx::Result<u64> {
+    let age = state.config.lock_timeout() + state.config.request_timeout();
+    let closed = sqlx::query(
+        "UPDATE orders SET status = 'failed', failure = 'abandoned', updated_at = now()
+         WHERE status = 'created' AND created_at < now() - make_interval(secs => $1)",
+    )
+    .bind(age.as_secs_f64())
+    .execute(&state.db)
+    .await?;
+    Ok(closed.rows_affected())
+}
+
+/// Lowers each sold-out flag whose product has stock: raised by a crash between a sale's
+/// commit and the re-read that lowers it, or left by anything else, a flag would otherwise
+/// answer 409 `sold_out` on every instance while units are on sale. A sale that leaves the
+/// stock at 0 raises it again.
+async fn lower_contradicted_flags(state: &AppState) -> sqlx::Result<()> {
+    let flagged: Vec<i64> = state
+        .sold_out
+        .all_raised()
+        .iter()
+        .filter_map(|flag| flag.parse().ok())
+        .collect();
+    if flagged.is_empty() {
+        return Ok(());
+    }
+    let in_stock: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM products WHERE id = ANY($1) AND stock > 0")
+            .bind(&flagged)
+            .fetch_all(&state.db)
+            .await?;
+    for product in in_stock {
+        tracing::warn!(product, "sold-out flag raised while the product has stock; lowering it");
+        state.sold_out.lower(&product.to_string()).await;
+        state.events.touch(product);
     }
     Ok(())
 }

@@ -396,7 +396,9 @@ pub(crate) async fn cycle(
         let _ = reply.send(answer);
     }
     if !paying.is_empty() {
-        state.tasks.spawn(pay::settle_and_answer(state.clone(), paying));
+        state
+            .tasks
+            .spawn(pay::settle_and_answer(state.clone(), paying));
     }
 }
 

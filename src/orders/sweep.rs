@@ -63,7 +63,12 @@ pub async fn run(state: AppState) {
 
 /// Takes up to [`PASS`] orders in `status` whose `since` is at least `age` ago and that no
 /// other sweep holds, oldest first, for [`LEASE`].
-async fn take(state: &AppState, status: &str, since: &str, age: Duration) -> sqlx::Result<Vec<Order>> {
+async fn take(
+    state: &AppState,
+    status: &str,
+    since: &str,
+    age: Duration,
+) -> sqlx::Result<Vec<Order>> {
     sqlx::query_as(&format!(
         "UPDATE orders SET sweep_after = now() + make_interval(secs => $2)
          WHERE id IN (SELECT o.id FROM orders o
@@ -122,7 +127,14 @@ async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
             .execute(&state.db)
             .await?;
         tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
-    } else if release(state, order, OrderStatus::Paying, OrderStatus::PaymentFailed).await? {
+    } else if release(
+        state,
+        order,
+        OrderStatus::Paying,
+        OrderStatus::PaymentFailed,
+    )
+    .await?
+    {
         tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
     }
     Ok(())
@@ -164,7 +176,10 @@ async fn lower_contradicted_flags(state: &AppState) -> sqlx::Result<()> {
             .fetch_all(&state.db)
             .await?;
     for product in in_stock {
-        tracing::warn!(product, "sold-out flag raised while the product has stock; lowering it");
+        tracing::warn!(
+            product,
+            "sold-out flag raised while the product has stock; lowering it"
+        );
         state.sold_out.lower(&product.to_string()).await;
         state.events.touch(product);
     }

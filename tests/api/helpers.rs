@@ -357,6 +357,18 @@ pub async fn place_order_of(
     .await
 }
 
+/// One unit, with an Idempotency-Key.
+pub async fn order_with_key(base: &str, product: i64, user: &str, key: &str) -> Reply {
+    send(
+        http()
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", key)
+            .json(&json!({ "product_id": product, "user_id": user })),
+    )
+    .await
+    .expect("order answered")
+}
+
 /// Places an order in the background (it may wait in a lock queue).
 pub fn spawn_order(
     base_url: &str,

@@ -11,5 +11,6 @@ mod fuzz;
 mod helpers;
 mod interop;
 mod products;
+mod recovery;
 mod rules;
 mod teaching;

@@ -10,17 +10,6 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-async fn order_with_key(base: &str, product: i64, user: &str, key: &str) -> Reply {
-    send(
-        http()
-            .post(format!("{base}/orders"))
-            .header("Idempotency-Key", key)
-            .json(&json!({ "product_id": product, "user_id": user })),
-    )
-    .await
-    .expect("order answered")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_storm_sells_each_key_once_and_replays_it_identically() {
     let env = TestEnv::new().await;
@@ -664,4 +653,48 @@ async fn a_key_whose_answer_was_lost_answers_from_its_order() {
         (retry.status, &retry.raw),
         "kept from now on"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_finishes_the_orders_of_clients_that_hung_up() {
+    let env = TestEnv::new().await;
+    let server = env
+        .spawn_process(
+            "stopping",
+            // Longer than shutdown took before it waited for order tasks (the ZooKeeper
+            // close, 2 s at most, then the pool's, 5 s at most); well inside the grace.
+            &["--stock-think-ms", "9000", "--shutdown-grace-ms", "30000"],
+        )
+        .await;
+    let product = create_product(&server.base_url, 5, "zk").await;
+    let order = spawn_order(&server.base_url, product, "hung-up");
+    // The order holds the lock and has claimed the row: it is inside its critical section,
+    // thinking. Its client hangs up, so no connection is left open.
+    env.wait_for_fence_past(product, 0, "the order to enter its critical section")
+        .await;
+    order.abort();
+    let pid = server.child.id().expect("running").to_string();
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let mut server = server;
+    let exit = tokio::time::timeout(Duration::from_secs(40), server.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "clean exit: {exit:?}");
+
+    let (status, failure): (String, Option<String>) =
+        sqlx::query_as("SELECT status, failure FROM orders WHERE user_id = 'hung-up'")
+            .fetch_one(&env.db)
+            .await
+            .expect("the order was recorded");
+    assert_eq!(
+        (status.as_str(), failure),
+        ("paid", None),
+        "shutdown waited for it"
+    );
+    assert_eq!(env.stock(product).await, 4);
 }

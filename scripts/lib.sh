@@ -6,6 +6,7 @@
 # Ports and paths (override through the environment):
 #   SECKILL_ZK_PORT  (2181)  ZooKeeper client port, data under .run/zk
 #   SECKILL_PG_PORT  (5433)  PostgreSQL cluster "seckill" (pg_createcluster), role/password seckill
+#   SECKILL_FAULTS_PG_PORT (5434)  cluster "seckill_faults", which the fault tests restart
 
 set -euo pipefail
 
@@ -14,6 +15,8 @@ RUN_DIR="$ROOT/.run"
 ZK_PORT="${SECKILL_ZK_PORT:-2181}"
 PG_PORT="${SECKILL_PG_PORT:-5433}"
 PG_CLUSTER=seckill
+FAULTS_PG_PORT="${SECKILL_FAULTS_PG_PORT:-5434}"
+FAULTS_CLUSTER=seckill_faults
 STARTED=()
 
 log() { printf '\033[1;34m[seckill]\033[0m %s\n' "$*" >&2; }
@@ -90,37 +93,48 @@ zk_up() {
 
 pg_version() { ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1; }
 
-pg_ok() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; }
+pg_ok() { pg_isready -q -h 127.0.0.1 -p "${1:-$PG_PORT}"; }
 
-pg_up() {
+pg_cluster_up() { # CLUSTER PORT: creates and starts a private cluster with the role seckill
+  local cluster=$1 port=$2
   apt_install postgresql
   local ver; ver=$(pg_version)
   [ -n "$ver" ] || die "no PostgreSQL server found after installing it"
-  if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -qx "$ver $PG_CLUSTER"; then
-    log "creating PostgreSQL $ver cluster '$PG_CLUSTER' on port $PG_PORT"
-    as_root pg_createcluster "$ver" "$PG_CLUSTER" -p "$PG_PORT" >/dev/null
+  if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -qx "$ver $cluster"; then
+    log "creating PostgreSQL $ver cluster '$cluster' on port $port"
+    as_root pg_createcluster "$ver" "$cluster" -p "$port" >/dev/null
     # Three server instances per test, several tests at once: more than the default 100.
     printf "max_connections = 400\nlisten_addresses = '127.0.0.1'\n" |
-      as_root tee "/etc/postgresql/$ver/$PG_CLUSTER/conf.d/seckill.conf" >/dev/null
+      as_root tee "/etc/postgresql/$ver/$cluster/conf.d/seckill.conf" >/dev/null
   fi
-  if pg_ok; then
-    log "PostgreSQL already answers on 127.0.0.1:$PG_PORT: reusing it"
+  if pg_ok "$port"; then
+    log "PostgreSQL already answers on 127.0.0.1:$port: reusing it"
   else
-    log "starting PostgreSQL $ver cluster '$PG_CLUSTER' on 127.0.0.1:$PG_PORT"
-    as_root pg_ctlcluster "$ver" "$PG_CLUSTER" start
-    STARTED+=("pg:$ver")
-    wait_for 30 "PostgreSQL on port $PG_PORT" pg_ok
+    log "starting PostgreSQL $ver cluster '$cluster' on 127.0.0.1:$port"
+    as_root pg_ctlcluster "$ver" "$cluster" start
+    STARTED+=("pg:$ver/$cluster")
+    wait_for 30 "PostgreSQL on port $port" pg_ok "$port"
   fi
   # The role may create databases: tests make one per test.
-  as_postgres psql -q -p "$PG_PORT" -d postgres -v ON_ERROR_STOP=1 <<'SQL' >/dev/null
+  as_postgres psql -q -p "$port" -d postgres -v ON_ERROR_STOP=1 <<'SQL' >/dev/null
 DO $$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'seckill') THEN
     CREATE ROLE seckill LOGIN CREATEDB PASSWORD 'seckill';
   END IF;
 END $$;
 SQL
-  as_postgres psql -q -p "$PG_PORT" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'seckill'" | grep -q 1 ||
-    as_postgres createdb -p "$PG_PORT" -O seckill seckill
+  as_postgres psql -q -p "$port" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'seckill'" | grep -q 1 ||
+    as_postgres createdb -p "$port" -O seckill seckill
+}
+
+pg_up() { pg_cluster_up "$PG_CLUSTER" "$PG_PORT"; }
+
+# The cluster the fault tests stop and start, apart from the one every other test uses.
+pg_faults_up() {
+  pg_cluster_up "$FAULTS_CLUSTER" "$FAULTS_PG_PORT"
+  FAULTS_PG_CLUSTER="$(pg_version)/$FAULTS_CLUSTER"
+  export FAULTS_PG_CLUSTER
+  export FAULTS_DATABASE_URL="postgres://seckill:seckill@127.0.0.1:$FAULTS_PG_PORT/seckill"
 }
 
 services_up() {
@@ -146,8 +160,9 @@ services_down() {
         fi
         ;;
       pg:*)
-        log "stopping PostgreSQL cluster '$PG_CLUSTER'"
-        as_root pg_ctlcluster "${item#pg:}" "$PG_CLUSTER" stop || true
+        local cluster=${item#pg:}
+        log "stopping PostgreSQL cluster '${cluster#*/}'"
+        as_root pg_ctlcluster "${cluster%%/*}" "${cluster#*/}" stop || true
         ;;
     esac
   done

@@ -39,8 +39,15 @@ impl TestEnv {
             .or_else(|_| std::env::var("DATABASE_URL"))
             .unwrap_or_else(|_| "postgres://seckill:seckill@127.0.0.1:5433/seckill".into());
         let zk_connect = std::env::var("SECKILL_ZK").unwrap_or_else(|_| "127.0.0.1:2181".into());
+        TestEnv::on(&base, &zk_connect).await
+    }
+
+    /// A fresh database on the server of `base` (a URL whose role may CREATE DATABASE) and a
+    /// fresh root on the ZooKeeper at `zk_connect`: the fault tests bring servers of their own.
+    pub async fn on(base: &str, zk_connect: &str) -> TestEnv {
+        let zk_connect = zk_connect.to_string();
         let name = format!("seckill_test_{}", uuid::Uuid::new_v4().simple());
-        let admin = PgPool::connect(&base)
+        let admin = PgPool::connect(base)
             .await
             .expect("connect to the test PostgreSQL (run scripts/test)");
         sqlx::query(&format!("CREATE DATABASE {name}"))

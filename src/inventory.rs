@@ -511,6 +511,7 @@ const STILL_OURS: &str =
 /// two writers: the order of tokens stays total, and the old ensemble's holders are fenced
 /// out for good even if it comes back. `None`: a newer token has claimed the row.
 async fn claim(db: &PgPool, product_id: i64, token: Token) -> Result<Option<Claim>, sqlx::Error> {
+    let mut met = false;
     loop {
         let epoch: Option<i64> = sqlx::query_scalar(
             "UPDATE products p SET fence_epoch = e.epoch, fence = $3
@@ -529,16 +530,20 @@ async fn claim(db: &PgPool, product_id: i64, token: Token) -> Result<Option<Clai
                 zxid: token.zxid,
             }));
         }
-        // Not claimed: a newer token holds the row, or Postgres has not met this ensemble
-        // yet (its first token after a replacement). Numbering it is done once per ensemble.
-        let met = sqlx::query("INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING")
+        if met {
+            return Ok(None);
+        }
+        // Not claimed: a newer token holds the row, or Postgres had not met this ensemble
+        // (its first tokens after a replacement). Number it (once per ensemble; another
+        // instance may do it at the same moment), then try once more.
+        let new = sqlx::query("INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(token.ensemble)
             .execute(db)
             .await?;
-        if met.rows_affected() == 0 {
-            return Ok(None);
+        if new.rows_affected() == 1 {
+            tracing::warn!(ensemble = %token.ensemble, "a ZooKeeper ensemble new to Postgres granted a lock: its tokens now fence the old ones");
         }
-        tracing::warn!(ensemble = %token.ensemble, "a ZooKeeper ensemble new to Postgres granted a lock: its tokens now fence the old ones");
+        met = true;
     }
 }
 

@@ -173,7 +173,10 @@ pub(super) async fn identify(client: &zk::Client, root: &str) -> Result<Uuid, zk
             Err(zk::Error::NoNode) => super::node::make_dir(client, root).await?,
             Err(zk::Error::NodeExists) => {}
             // Created or not, the next create finds out (NodeExists, then the read).
-            Err(zk::Error::ConnectionLoss) => continue,
+            Err(zk::Error::ConnectionLoss) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
             Err(e) => return Err(e),
         }
         match client.get_data(&path).await {
@@ -185,7 +188,8 @@ pub(super) async fn identify(client: &zk::Client, root: &str) -> Result<Uuid, zk
                     ))
                 })
             }
-            Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => continue,
+            Err(zk::Error::NoNode) => continue,
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(e) => return Err(e),
         }
     }

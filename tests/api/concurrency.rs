@@ -37,9 +37,17 @@ async fn zk_sale(batch_max: i64) -> (TestEnv, i64) {
         STOCK as usize,
         "one 201 per unit"
     );
+    assert_eq!(
+        count(&replies, StatusCode::CONFLICT),
+        BUYERS - STOCK as usize,
+        "every other buyer told sold out"
+    );
     let orders = env.order_counts(product).await;
     assert_eq!(orders.get("paid"), Some(&STOCK));
-    assert_eq!(orders.get("sold_out"), Some(&(BUYERS as i64 - STOCK)));
+    // A buyer who arrives after the sold-out flag went up is answered without an order row
+    // (the flood after a sale costs no write); how many do depends on the machine's pace.
+    let sold_out_rows = orders.get("sold_out").copied().unwrap_or(0);
+    assert!(sold_out_rows <= BUYERS as i64 - STOCK, "{orders:?}");
     assert_eq!(env.stock(product).await, 0);
     let audit = audit(&urls[1], product).await;
     assert_eq!(audit["oversold"], 0, "{audit}");

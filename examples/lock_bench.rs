@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(10),
         "lock-bench".into(),
         contenders.max(1),
+        None,
     )
     .await?;
     let handoffs = Arc::new(AtomicU64::new(0));

@@ -46,8 +46,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ZK_SESSION_TIMEOUT_MS", default_value_t = 10_000)]
     pub zk_session_timeout_ms: u64,
 
-    /// Bearer token for the admin endpoints. Without one they answer 403 `admin_disabled`.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    /// `user:password` for ZooKeeper's digest scheme. When set, every node the service
+    /// creates is readable and writable only by sessions with these credentials (other
+    /// instances of the service), so nobody else who can reach ZooKeeper can raise a sold-out
+    /// flag, arm a demo, or meddle with a lock queue.
+    #[arg(long, env = "SECKILL_ZK_AUTH", hide_env_values = true, value_parser = parse_zk_auth)]
+    pub zk_auth: Option<String>,
+
+    /// Bearer token for the admin endpoints, at least 16 visible characters. Without one
+    /// they answer 403 `admin_disabled`; there is no default.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true, value_parser = parse_admin_token)]
     pub admin_token: Option<String>,
 
     /// How long an order waits for a product's lock before answering 503 `lock_timeout`.
@@ -69,6 +77,13 @@ pub struct Config {
     /// beyond it, 429 `too_busy`.
     #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 512)]
     pub max_waiters_per_product: usize,
+
+    /// Most of a product's stock (a share of every unit it ever had) that reservations
+    /// without payment (`"pay": false`) may hold at once; beyond it they answer 409
+    /// `too_many_unpaid`. Ids are not authenticated: this is what stops a script reserving
+    /// a sale empty with ids that never pay. 1.0 turns it off.
+    #[arg(long, env = "SECKILL_MAX_UNPAID_SHARE", default_value_t = 0.5, value_parser = parse_share)]
+    pub max_unpaid_share: f64,
 
     /// Bound on a whole request; slower ones answer 503 `unavailable` (an order still runs to
     /// its end: retry with the same Idempotency-Key to get its outcome).
@@ -140,6 +155,34 @@ fn parse_zk_root(s: &str) -> Result<String, String> {
     Ok(root.to_string())
 }
 
+/// Shortest admin token accepted: 16 characters of 95 are ~105 bits.
+pub const MIN_ADMIN_TOKEN: usize = 16;
+
+/// A short token can be guessed, and an empty one (`SECKILL_ADMIN_TOKEN=` left blank) could
+/// never match: both are refused at start rather than run an admin API nobody meant.
+fn parse_admin_token(s: &str) -> Result<String, String> {
+    if s.len() < MIN_ADMIN_TOKEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the admin token must be at least {MIN_ADMIN_TOKEN} visible ASCII characters"
+        ));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_zk_auth(s: &str) -> Result<String, String> {
+    match s.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(s.to_string()),
+        _ => Err("expected user:password".into()),
+    }
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err(format!("{s:?} is not a share above 0.0 and at most 1.0")),
+    }
+}
+
 fn parse_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
@@ -150,6 +193,27 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admin_tokens_must_be_long_and_visible() {
+        let parse = |token: &str| {
+            Config::try_parse_from([
+                "seckill",
+                "--database-url",
+                "postgres://x/y",
+                "--admin-token",
+                token,
+            ])
+            .map(|c| c.admin_token)
+        };
+        assert!(parse("").is_err());
+        assert!(parse("change-me").is_err());
+        assert!(parse("sixteen chars ok").is_err(), "spaces are not visible");
+        assert_eq!(
+            parse("0123456789abcdef").unwrap().as_deref(),
+            Some("0123456789abcdef")
+        );
+    }
 
     #[test]
     fn zk_root_is_normalised_and_must_be_absolute() {

@@ -50,6 +50,10 @@ pub enum AppError {
     /// 409: the user already holds the product's per-user limit.
     #[error("purchase limit reached: this user may not hold more units of this product")]
     PurchaseLimit { order_id: Option<Uuid> },
+    /// 409: a reservation without payment, while unpaid reservations already hold the
+    /// product's share (`--max-unpaid-share`) of its stock.
+    #[error("unpaid reservations already hold this product's share of its stock; order with payment, or try later")]
+    TooManyUnpaid,
     /// 409: the reservation ran out before it was paid; its stock went back on sale.
     #[error("the reservation expired before payment; its stock went back on sale")]
     ReservationExpired { order_id: Uuid },
@@ -68,6 +72,12 @@ pub enum AppError {
     /// 429: too many buyers already queued for this product on this instance.
     #[error("too many buyers are queued for this product; try again")]
     TooBusy,
+    /// 429: this client sent more orders than `--orders-per-client-per-s` allows.
+    #[error("too many orders from this client; slow down")]
+    RateLimited,
+    /// 503: this instance is at its limit of connections or event streams.
+    #[error("this instance is at its limit of {0}; retry shortly")]
+    Overloaded(&'static str),
     /// 413
     #[error("request body over {0} bytes")]
     PayloadTooLarge(usize),
@@ -112,15 +122,16 @@ impl AppError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             SoldOut { .. }
             | PurchaseLimit { .. }
+            | TooManyUnpaid
             | ReservationExpired { .. }
             | PaymentInProgress { .. }
             | NotPayable { .. }
             | IdempotencyInProgress => StatusCode::CONFLICT,
             IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            TooBusy => StatusCode::TOO_MANY_REQUESTS,
+            TooBusy | RateLimited => StatusCode::TOO_MANY_REQUESTS,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            LockTimeout { .. } | LockLost { .. } | Unavailable(_) => {
+            LockTimeout { .. } | LockLost { .. } | Unavailable(_) | Overloaded(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -142,12 +153,14 @@ impl AppError {
             MethodNotAllowed => "method_not_allowed",
             SoldOut { .. } => "sold_out",
             PurchaseLimit { .. } => "purchase_limit",
+            TooManyUnpaid => "too_many_unpaid",
             ReservationExpired { .. } => "reservation_expired",
             PaymentInProgress { .. } => "payment_in_progress",
             NotPayable { .. } => "order_not_payable",
             IdempotencyInProgress => "idempotency_in_progress",
             IdempotencyMismatch => "idempotency_mismatch",
-            TooBusy => "too_busy",
+            TooBusy | Overloaded(_) => "too_busy",
+            RateLimited => "rate_limited",
             PayloadTooLarge(_) => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             LockTimeout { .. } => "lock_timeout",

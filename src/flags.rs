@@ -41,7 +41,7 @@ impl Flags {
     pub async fn start(zk: Zk, root: &str, name: &str) -> anyhow::Result<Flags> {
         let dir = format!("{root}/{name}");
         let client = zk.client();
-        make_dir(&client, &dir)
+        make_dir(&client, &dir, zk.acls())
             .await
             .with_context(|| format!("creating {dir}"))?;
         let flags = Flags {
@@ -87,7 +87,7 @@ impl Flags {
     /// side only misleads: on a final failure the local mirror is put back as ZooKeeper has it.
     pub async fn raise(&self, flag: &str) {
         self.set_local(flag, true);
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let persistent = zk::CreateMode::Persistent.with_acls(self.inner.zk.acls());
         let path = self.path(flag);
         let created = retry(|| async {
             let client = self.inner.zk.client();
@@ -95,7 +95,7 @@ impl Flags {
                 Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
                 // The directory went with a wiped ZooKeeper: make it again, then retry.
                 Err(zk::Error::NoNode) => {
-                    make_dir(&client, &self.inner.dir).await?;
+                    make_dir(&client, &self.inner.dir, self.inner.zk.acls()).await?;
                     Err(zk::Error::ConnectionLoss)
                 }
                 Err(e) => Err(e),
@@ -178,7 +178,7 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
         Ok(children) => children,
         // A wiped or replaced ZooKeeper: no flags, and the directory made again.
         Err(zk::Error::NoNode) => {
-            make_dir(client, &inner.dir).await?;
+            make_dir(client, &inner.dir, inner.zk.acls()).await?;
             Vec::new()
         }
         Err(e) => return Err(e),

@@ -61,6 +61,17 @@ pub async fn place(
         return Reply::of(orders::place(state, new, None, client_gone).await);
     };
     let fingerprint = serde_json::to_value(&new).expect("requests serialise");
+    // The checks that write nothing come first, so a rejected request leaves no key row —
+    // unless the key is known already (a retry): its first answer wins over what a check
+    // says now (a sold-out flag raised after its 201, the limit its own order reached).
+    let admitted = match orders::admit(state, &new, true).await {
+        Ok(admitted) => Some(admitted),
+        Err(e) => match known(&state.db, &key).await {
+            Ok(false) => return Reply::of(Err(e)),
+            Ok(true) => None,
+            Err(db) => return Reply::of(Err(db.into())),
+        },
+    };
     match begin(&state.db, &key, &fingerprint).await {
         Ok(Begin::First) => {}
         Ok(Begin::Replay(reply)) => return reply,
@@ -68,7 +79,15 @@ pub async fn place(
         Ok(Begin::InProgress) => return Reply::of(Err(AppError::IdempotencyInProgress)),
         Err(e) => return Reply::of(Err(e.into())),
     }
-    let result = orders::place(state, new, Some(&key), client_gone).await;
+    // The key is ours now. It was known a moment ago and has been freed since: check again.
+    let admitted = match admitted {
+        Some(admitted) => Ok(admitted),
+        None => orders::admit(state, &new, false).await,
+    };
+    let result = match admitted {
+        Ok(admitted) => orders::place_admitted(state, admitted, Some(&key), client_gone).await,
+        Err(e) => Err(e),
+    };
     let transient = result.as_ref().is_err_and(AppError::is_transient);
     let reply = Reply::of(result);
     if let Err(e) = finish(&state.db, &key, &reply, transient).await {
@@ -76,6 +95,14 @@ pub async fn place(
         tracing::warn!(error = %e, "could not record the idempotent response");
     }
     reply
+}
+
+/// Whether a request has used the key already.
+async fn known(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1)")
+        .bind(key)
+        .fetch_one(db)
+        .await
 }
 
 /// A key's row as `begin` reads it.

@@ -553,6 +553,10 @@ async fn claim(db: &PgPool, product_id: i64, token: Token) -> Result<Option<Clai
 pub struct StockRead {
     pub tx: Transaction<'static, Postgres>,
     pub stock: i32,
+    /// Every unit ever put on sale.
+    pub stocked_total: i32,
+    /// Units in reservations waiting for their payment (`reserved`).
+    pub unpaid: i32,
     /// Units held per buyer asked about (buyers holding none are absent).
     pub held: HashMap<String, i32>,
     product_id: i64,
@@ -568,8 +572,9 @@ struct Claim {
     zxid: i64,
 }
 
-/// The stock, and the buyers' holdings as two parallel arrays (NULL when none hold any).
-type StockRow = (i32, Option<Vec<String>>, Option<Vec<i32>>);
+/// The stock, its lifetime total, the unpaid reserved units, and the buyers' holdings as two
+/// parallel arrays (NULL when none hold any).
+type StockRow = (i32, i32, i32, Option<Vec<String>>, Option<Vec<i32>>);
 
 pub enum Read {
     Ready(StockRead),
@@ -609,7 +614,9 @@ pub async fn read_stock(
     }
     // Fenced when we hold a token (the row is still claimed for it), not at all otherwise.
     let row: Option<StockRow> = sqlx::query_as(&format!(
-        "SELECT p.stock,
+        "SELECT p.stock, p.stocked_total,
+                (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
+                 WHERE o.product_id = p.id AND o.status = 'reserved'),
                 (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
                  WHERE h.product_id = p.id AND h.user_id = ANY($4)),
                 (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
@@ -622,7 +629,7 @@ pub async fn read_stock(
     .bind(buyers)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((stock, users, units)) = row else {
+    let Some((stock, stocked_total, unpaid, users, units)) = row else {
         return Ok(Read::Fenced);
     };
     let held = users
@@ -633,6 +640,8 @@ pub async fn read_stock(
     Ok(Read::Ready(StockRead {
         tx,
         stock,
+        stocked_total,
+        unpaid,
         held,
         product_id,
         claim,

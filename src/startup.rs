@@ -72,6 +72,7 @@ impl Application {
             Duration::from_millis(config.zk_session_timeout_ms),
             instance,
             config.max_waiters_per_product,
+            config.zk_auth.clone(),
         )
         .await?;
         let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout").await?;

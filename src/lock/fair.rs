@@ -13,6 +13,7 @@ pub(super) async fn acquire(
     client: &zk::Client,
     dir: &str,
     instance: &str,
+    acls: zk::Acls<'static>,
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let id = uuid::Uuid::new_v4();
     let marker = format!("_c_{id}-");
@@ -23,15 +24,14 @@ pub(super) async fn acquire(
         marker: Some(marker.clone()),
         path: None,
     };
-    let ephemeral_sequential =
-        zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let ephemeral_sequential = zk::CreateMode::EphemeralSequential.with_acls(acls);
     let (name, token) = loop {
         match client
             .create(&prefix, instance.as_bytes(), &ephemeral_sequential)
             .await
         {
             Ok((stat, seq)) => break (format!("{marker}lock-{seq}"), stat.czxid),
-            Err(zk::Error::NoNode) => node::make_dir(client, dir).await?,
+            Err(zk::Error::NoNode) => node::make_dir(client, dir, acls).await?,
             // Did the create happen? Our unique marker says; ask until there is an answer, or
             // a second create could leave an orphan node blocking the queue.
             Err(zk::Error::ConnectionLoss) => {
@@ -45,19 +45,27 @@ pub(super) async fn acquire(
     own.path = Some(format!("{dir}/{name}"));
     let mine = node::sequence(&name).ok_or(zk::Error::RuntimeInconsistent)?;
     let mut wakeups = 0;
+    // Nodes named like contenders that are not ephemeral: no session owns them, so they would
+    // never go. Someone (or something) put them there; they do not hold the queue up.
+    let mut strays: Vec<String> = Vec::new();
     loop {
-        let queue = match client.list_children(dir).await {
+        let mut queue = match client.list_children(dir).await {
             Ok(children) => node::queue_order(children),
             Err(zk::Error::ConnectionLoss) => continue,
             Err(e) => return Err(e),
         };
-        let predecessor = match node::place(&queue, mine) {
+        queue.retain(|(_, name)| !strays.contains(name));
+        let (predecessor, name) = match node::place(&queue, mine) {
             Place::Holder => return Ok((own, token, wakeups)),
-            Place::After(name) => format!("{dir}/{name}"),
+            Place::After(name) => (format!("{dir}/{name}"), name.to_string()),
             // Our node is gone: the session that owned it expired.
             Place::Gone => return Err(zk::Error::RuntimeInconsistent),
         };
         match client.get_and_watch_data(&predecessor).await {
+            Ok((_, stat, _)) if stat.ephemeral_owner == 0 => {
+                tracing::warn!(node = %predecessor, "ignoring a persistent node in a lock queue: no session owns it, so it would block the queue forever");
+                strays.push(name);
+            }
             Ok((_, _, watcher)) => {
                 watcher.changed().await;
                 wakeups += 1;

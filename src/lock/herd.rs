@@ -13,11 +13,12 @@ pub(super) async fn acquire(
     client: &zk::Client,
     dir: &str,
     instance: &str,
+    acls: zk::Acls<'static>,
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let path = format!("{dir}/lock");
     // Unique per contender, so a connection loss during create can tell whose node it is.
     let marker = format!("{instance}#{}", uuid::Uuid::new_v4());
-    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(acls);
     let mut wakeups = 0;
     loop {
         let mut own = OwnNode {
@@ -29,7 +30,7 @@ pub(super) async fn acquire(
         match client.create(&path, marker.as_bytes(), &ephemeral).await {
             // The release goes by marker (see `node::delete_by_marker`): the path is everyone's.
             Ok((stat, _)) => return Ok((own, stat.czxid, wakeups)),
-            Err(zk::Error::NoNode) => node::make_dir(client, dir).await?,
+            Err(zk::Error::NoNode) => node::make_dir(client, dir, acls).await?,
             Err(zk::Error::NodeExists) => match client.check_and_watch_stat(&path).await {
                 Ok((Some(_), watcher)) => {
                     watcher.changed().await;

@@ -173,10 +173,8 @@ impl Zk {
             Session::Shared => self.live(),
             Session::Own => {
                 let unavailable = |e: zk::Error| LockError::Unavailable(e.into());
-                let client = session::open_session(&self.inner.connect, self.inner.session_timeout)
-                    .await
-                    .map_err(unavailable)?;
-                let ensemble = session::identify(&client, self.root())
+                let client = self.open_own_session().await.map_err(unavailable)?;
+                let ensemble = session::identify(&client, self.root(), self.acls())
                     .await
                     .map_err(unavailable)?;
                 (client, ensemble)
@@ -187,8 +185,8 @@ impl Zk {
         let instance = self.instance();
         let acquire = async {
             match recipe {
-                Recipe::Fair => fair::acquire(&client, &dir, instance).await,
-                Recipe::Herd => herd::acquire(&client, &dir, instance).await,
+                Recipe::Fair => fair::acquire(&client, &dir, instance, self.acls()).await,
+                Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls()).await,
             }
         };
         let (node, zxid, wakeups) = match tokio::time::timeout(timeout, acquire).await {

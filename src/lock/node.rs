@@ -109,13 +109,14 @@ async fn delete_by_marker(client: &zk::Client, dir: &str, marker: &str) -> Resul
     Ok(())
 }
 
-/// Creates a directory (and its parents) if missing.
-pub async fn make_dir(client: &zk::Client, dir: &str) -> Result<(), zk::Error> {
+/// Creates a directory (and its missing parents) with `acls`, if missing.
+pub async fn make_dir(
+    client: &zk::Client,
+    dir: &str,
+    acls: zk::Acls<'static>,
+) -> Result<(), zk::Error> {
     match client
-        .mkdir(
-            dir,
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
+        .mkdir(dir, &zk::CreateMode::Persistent.with_acls(acls))
         .await
     {
         Ok(()) | Err(zk::Error::NodeExists) => Ok(()),

@@ -17,6 +17,7 @@ use tokio::sync::{watch, Semaphore};
 use uuid::Uuid;
 use zookeeper_client as zk;
 
+use super::node::make_dir;
 use super::LockStats;
 
 /// A cheap handle to this instance's ZooKeeper session.
@@ -33,6 +34,11 @@ pub(super) struct Inner {
     pub(super) session_timeout: Duration,
     /// Written into our lock nodes so a person (or the teaching page) sees who waits.
     pub(super) instance: String,
+    /// `user:password` for ZooKeeper's digest scheme, sent by every session we open.
+    auth: Option<String>,
+    /// The ACL of every node we create: only sessions with our credentials may touch them
+    /// when `auth` is set, anyone otherwise.
+    pub(super) acls: zk::Acls<'static>,
     /// The live session and the identity of the ensemble it is connected to. Swapped for a
     /// new one by [`supervise`] when ZooKeeper expires it; requests clone it and never hold
     /// the lock across an await.
@@ -49,30 +55,39 @@ pub(super) struct Inner {
 
 impl Zk {
     /// Opens the session and starts the task that replaces it if ZooKeeper ever expires it.
+    /// With `auth` (`user:password`), every session authenticates with ZooKeeper's digest
+    /// scheme and every node under `root` is created readable and writable by those
+    /// credentials only.
     pub async fn connect(
         connect: &str,
         root: &str,
         session_timeout: Duration,
         instance: String,
         max_waiters: usize,
+        auth: Option<String>,
     ) -> anyhow::Result<Zk> {
-        let client = open_session(connect, session_timeout)
+        let acls = match auth {
+            Some(_) => zk::Acls::creator_all(),
+            None => zk::Acls::anyone_all(),
+        };
+        let client = open_session(connect, session_timeout, auth.as_deref())
             .await
             .with_context(|| format!("connecting to ZooKeeper at {connect}"))?;
-        let root = root.to_string();
-        super::node::make_dir(&client, &format!("{root}/locks/stock"))
+        let ensemble = identify(&client, root, acls)
+            .await
+            .with_context(|| format!("creating {root} and reading {root}/ensemble"))?;
+        make_dir(&client, &format!("{root}/locks/stock"), acls)
             .await
             .with_context(|| format!("creating {root}/locks/stock"))?;
-        let ensemble = identify(&client, &root)
-            .await
-            .with_context(|| format!("reading {root}/ensemble"))?;
         tracing::info!(%ensemble, "ZooKeeper ensemble identified");
         let zk = Zk {
             inner: Arc::new(Inner {
                 connect: connect.to_string(),
-                root,
+                root: root.to_string(),
                 session_timeout,
                 instance,
+                auth,
+                acls,
                 live: RwLock::new((client, ensemble)),
                 max_waiters,
                 waiters: Mutex::new(HashMap::new()),
@@ -82,6 +97,17 @@ impl Zk {
         };
         tokio::spawn(supervise(Arc::downgrade(&zk.inner)));
         Ok(zk)
+    }
+
+    /// The ACL for nodes we create (see [`Zk::connect`]).
+    pub fn acls(&self) -> zk::Acls<'static> {
+        self.inner.acls
+    }
+
+    /// A session of its own, authenticated as the instance's is (demos).
+    pub(super) async fn open_own_session(&self) -> Result<zk::Client, zk::Error> {
+        let inner = &self.inner;
+        open_session(&inner.connect, inner.session_timeout, inner.auth.as_deref()).await
     }
 
     /// The current session (cheap clone).
@@ -151,26 +177,50 @@ pub(super) fn is_connected(state: zk::SessionState) -> bool {
     )
 }
 
-pub(super) async fn open_session(
+async fn open_session(
     connect: &str,
     session_timeout: Duration,
+    auth: Option<&str>,
 ) -> Result<zk::Client, zk::Error> {
-    zk::Client::connector()
-        .with_session_timeout(session_timeout)
-        .connect(connect)
-        .await
+    let connector = zk::Client::connector().with_session_timeout(session_timeout);
+    let connector = match auth {
+        Some(auth) => connector.with_auth("digest", auth.as_bytes()),
+        None => connector,
+    };
+    connector.connect(connect).await
+}
+
+/// Creates `root` if missing: its parents open to anyone (other services may share them),
+/// `root` itself with `acls`.
+async fn make_root(
+    client: &zk::Client,
+    root: &str,
+    acls: zk::Acls<'static>,
+) -> Result<(), zk::Error> {
+    if let Some((parent, _)) = root
+        .rsplit_once('/')
+        .filter(|(parent, _)| !parent.is_empty())
+    {
+        make_dir(client, parent, zk::Acls::anyone_all()).await?;
+    }
+    make_dir(client, root, acls).await
 }
 
 /// The ensemble's identity, from `{root}/ensemble`; the first session to find it missing
-/// creates it (a race between instances is settled by the create: the loser reads).
-pub(super) async fn identify(client: &zk::Client, root: &str) -> Result<Uuid, zk::Error> {
+/// creates it (and `root`, if missing too: a new or wiped ensemble). A race between instances
+/// is settled by the create: the loser reads.
+pub(super) async fn identify(
+    client: &zk::Client,
+    root: &str,
+    acls: zk::Acls<'static>,
+) -> Result<Uuid, zk::Error> {
     let path = format!("{root}/ensemble");
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let persistent = zk::CreateMode::Persistent.with_acls(acls);
     loop {
         let fresh = Uuid::new_v4();
         match client.create(&path, fresh.as_bytes(), &persistent).await {
             Ok(_) => return Ok(fresh),
-            Err(zk::Error::NoNode) => super::node::make_dir(client, root).await?,
+            Err(zk::Error::NoNode) => make_root(client, root, acls).await?,
             Err(zk::Error::NodeExists) => {}
             // Created or not, the next create finds out (NodeExists, then the read).
             Err(zk::Error::ConnectionLoss) => {
@@ -224,12 +274,14 @@ async fn supervise(inner: std::sync::Weak<Inner>) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let Some(live) = inner.upgrade() else { return };
-            let opened = match open_session(&live.connect, live.session_timeout).await {
-                Ok(client) => identify(&client, &live.root)
-                    .await
-                    .map(|ensemble| (client, ensemble)),
-                Err(e) => Err(e),
-            };
+            let opened =
+                match open_session(&live.connect, live.session_timeout, live.auth.as_deref()).await
+                {
+                    Ok(client) => identify(&client, &live.root, live.acls)
+                        .await
+                        .map(|ensemble| (client, ensemble)),
+                    Err(e) => Err(e),
+                };
             match opened {
                 Ok((client, ensemble)) => {
                     tracing::info!(session = ?client.session_id(), %ensemble, "ZooKeeper session re-established");

@@ -40,15 +40,28 @@ pub enum Verdict {
     SoldOut,
     /// Its buyer would hold more than the product's per-user limit.
     Limit,
+    /// A reservation without payment (`pay: false`) beyond the product's cap on unpaid
+    /// reservations (`--max-unpaid-share` of its stock).
+    Unpaid,
+}
+
+impl Verdict {
+    /// Rejections write no order row: nothing was sold, and a flood of them (a bot replaying
+    /// a buyer's id, hoarding with fresh ids) must not write at its own rate.
+    fn writes_row(self) -> bool {
+        matches!(self, Verdict::Take | Verdict::SoldOut)
+    }
 }
 
 /// Decides every order of a batch in arrival order, exactly as each would be decided alone
 /// one after the other: the buyer's limit first (counting what earlier orders of the batch
-/// gave them), then the stock left by earlier orders. Returns the verdicts and the stock
-/// after them.
+/// gave them), then, for a reservation without payment, the room left for unpaid units
+/// (`unpaid_room`), then the stock left by earlier orders. Returns the verdicts and the
+/// stock after them.
 pub fn decide(
     stock: i32,
     per_user_limit: i32,
+    mut unpaid_room: i32,
     held: &HashMap<String, i32>,
     tickets: &[Ticket],
 ) -> (Vec<Verdict>, i32) {
@@ -64,9 +77,14 @@ pub fn decide(
                 Verdict::Limit
             } else if t.quantity > left {
                 Verdict::SoldOut
+            } else if !t.pay && t.quantity > unpaid_room {
+                Verdict::Unpaid
             } else {
                 left -= t.quantity;
                 *has += t.quantity;
+                if !t.pay {
+                    unpaid_room -= t.quantity;
+                }
                 Verdict::Take
             }
         })
@@ -76,8 +94,9 @@ pub fn decide(
 
 /// How a batch ended, when it ended in the database.
 pub struct Served {
-    /// Every order's row, in the batch's order, in its final status.
-    pub orders: Vec<Order>,
+    /// Every order's outcome, in the batch's order: its row, in its final status, or the
+    /// rejection that wrote none.
+    pub orders: Vec<Result<Order, AppError>>,
     /// The stock after the batch.
     pub stock: i32,
 }
@@ -99,7 +118,15 @@ pub async fn serve(
         Read::Fenced => return Err(AppError::LockLost { order_id: None }),
     };
     pause.await;
-    let (verdicts, left) = decide(read.stock, terms.per_user_limit, &read.held, tickets);
+    let unpaid_room =
+        (read.stocked_total as f64 * state.config.max_unpaid_share).ceil() as i32 - read.unpaid;
+    let (verdicts, left) = decide(
+        read.stock,
+        terms.per_user_limit,
+        unpaid_room,
+        &read.held,
+        tickets,
+    );
     let Some(mut tx) = read.write(left).await? else {
         return Err(AppError::LockLost { order_id: None });
     };
@@ -110,15 +137,15 @@ pub async fn serve(
     let rows: Vec<Row> = tickets
         .iter()
         .zip(&verdicts)
+        .filter(|(_, verdict)| verdict.writes_row())
         .map(|(ticket, verdict)| Row {
             ticket,
             status: match verdict {
                 Verdict::Take if ticket.pay => OrderStatus::Paying,
                 Verdict::Take => OrderStatus::Reserved,
-                Verdict::SoldOut => OrderStatus::SoldOut,
-                Verdict::Limit => OrderStatus::Failed,
+                _ => OrderStatus::SoldOut,
             },
-            failure: (*verdict == Verdict::Limit).then_some("purchase_limit"),
+            failure: None,
             // Time in the queue: only a lock has one.
             waited: fence.map(|_| acquired.saturating_duration_since(ticket.placed)),
         })
@@ -140,6 +167,15 @@ pub async fn serve(
         Err(e) => return Err(e.into()),
     };
     tx.commit().await?;
+    let mut written = orders.into_iter();
+    let orders = verdicts
+        .iter()
+        .map(|verdict| match verdict {
+            Verdict::Limit => Err(AppError::PurchaseLimit { order_id: None }),
+            Verdict::Unpaid => Err(AppError::TooManyUnpaid),
+            _ => Ok(written.next().expect("a row per written verdict")),
+        })
+        .collect();
     Ok(Served {
         orders,
         stock: left,
@@ -171,7 +207,7 @@ mod tests {
             ticket("c", 1),
             ticket("d", 1),
         ];
-        let (verdicts, left) = decide(3, 5, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(3, 5, i32::MAX, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);
         assert_eq!(left, 0);
@@ -180,7 +216,7 @@ mod tests {
     #[test]
     fn one_buyer_twice_in_a_batch_gets_no_more_than_the_limit() {
         let tickets = [ticket("a", 1), ticket("a", 1), ticket("b", 1)];
-        let (verdicts, left) = decide(10, 1, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(10, 1, i32::MAX, &HashMap::new(), &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Limit, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -189,9 +225,9 @@ mod tests {
     fn what_a_buyer_already_holds_counts_against_the_limit() {
         let held = HashMap::from([("a".to_string(), 2)]);
         let tickets = [ticket("a", 1), ticket("b", 3)];
-        let (verdicts, left) = decide(10, 3, &held, &tickets);
+        let (verdicts, left) = decide(10, 3, i32::MAX, &held, &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Take]);
-        let (verdicts, _) = decide(10, 2, &held, &tickets[..1]);
+        let (verdicts, _) = decide(10, 2, i32::MAX, &held, &tickets[..1]);
         assert_eq!(verdicts, [Verdict::Limit], "2 held, limit 2");
         assert_eq!(left, 6);
     }
@@ -200,9 +236,22 @@ mod tests {
     fn the_limit_is_checked_before_the_stock_as_alone() {
         // A buyer at the limit is told so even when the stock is gone too.
         let held = HashMap::from([("a".to_string(), 1)]);
-        let (verdicts, left) = decide(0, 1, &held, &[ticket("a", 1), ticket("b", 1)]);
+        let (verdicts, left) = decide(0, 1, i32::MAX, &held, &[ticket("a", 1), ticket("b", 1)]);
         assert_eq!(verdicts, [Verdict::Limit, Verdict::SoldOut]);
         assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn reservations_without_payment_stop_at_their_room_and_paid_orders_do_not() {
+        let unpaid = |user: &str| Ticket {
+            pay: false,
+            ..ticket(user, 1)
+        };
+        let tickets = [unpaid("a"), unpaid("b"), ticket("c", 1), unpaid("d")];
+        let (verdicts, left) = decide(10, 1, 2, &HashMap::new(), &tickets);
+        use Verdict::*;
+        assert_eq!(verdicts, [Take, Take, Take, Unpaid]);
+        assert_eq!(left, 7);
     }
 
     #[test]
@@ -212,9 +261,20 @@ mod tests {
         for _ in 0..500 {
             let stock = rng.i32(0..20);
             let tickets: Vec<Ticket> = (0..rng.usize(0..30))
-                .map(|_| ticket(&format!("u{}", rng.u8(0..6)), rng.i32(1..4)))
+                .map(|_| Ticket {
+                    pay: rng.bool(),
+                    ..ticket(&format!("u{}", rng.u8(0..6)), rng.i32(1..4))
+                })
                 .collect();
-            let (verdicts, left) = decide(stock, rng.i32(1..5), &HashMap::new(), &tickets);
+            let room = rng.i32(0..10);
+            let (verdicts, left) = decide(stock, rng.i32(1..5), room, &HashMap::new(), &tickets);
+            let unpaid: i32 = tickets
+                .iter()
+                .zip(&verdicts)
+                .filter(|(t, v)| **v == Verdict::Take && !t.pay)
+                .map(|(t, _)| t.quantity)
+                .sum();
+            assert!(unpaid <= room, "unpaid reservations stay within their room");
             let taken: i32 = tickets
                 .iter()
                 .zip(&verdicts)

@@ -186,15 +186,24 @@ pub struct Waiting {
     pub reply: oneshot::Sender<Answer>,
 }
 
-/// Runs the whole flow for one order. `client_gone` resolves if the HTTP client disconnects:
-/// it is honoured only while the order waits for its lock cycle; once served, the order runs
-/// to a final status whether anyone listens or not.
-pub async fn place(
+/// An order that passed every check made before anything is written.
+pub struct Admitted {
+    terms: Arc<Terms>,
+    user_id: String,
+    quantity: i32,
+    amount_cents: i64,
+    pay: bool,
+}
+
+/// The checks made before anything is written: the order's own fields, the product, the
+/// sold-out flag, room in this instance's queue for the product and, with `check_limit`,
+/// the buyer's per-customer limit (one read). A rejection here costs PostgreSQL no write: the
+/// flood after a sale, and a script replaying a buyer who is at the limit, end here.
+pub async fn admit(
     state: &AppState,
-    new: NewOrder,
-    key: Option<&str>,
-    client_gone: oneshot::Receiver<()>,
-) -> Answer {
+    new: &NewOrder,
+    check_limit: bool,
+) -> Result<Admitted, AppError> {
     new.validate().map_err(AppError::InvalidRequest)?;
     // The flood after a sale ends here: no lock, no write, no order row.
     if state.sold_out.is_raised(&new.product_id.to_string()) {
@@ -210,12 +219,76 @@ pub async fn place(
         .price_cents
         .checked_mul(quantity.into())
         .ok_or_else(|| AppError::invalid("the order's amount is too large"))?;
-    let ticket = Ticket {
-        id: Uuid::new_v4(),
-        user_id: new.user_id,
+    if !has_room(state, &terms) {
+        return Err(AppError::TooBusy);
+    }
+    if check_limit {
+        let held: Option<i32> = sqlx::query_scalar(
+            "SELECT units FROM purchases WHERE product_id = $1 AND user_id = $2",
+        )
+        .bind(terms.id)
+        .bind(&new.user_id)
+        .fetch_optional(&state.db)
+        .await?;
+        if held.unwrap_or(0) + quantity > terms.per_user_limit {
+            return Err(AppError::PurchaseLimit { order_id: None });
+        }
+    }
+    Ok(Admitted {
+        terms,
+        user_id: new.user_id.clone(),
         quantity,
         amount_cents,
         pay: new.pay,
+    })
+}
+
+/// Whether this instance has room for one more order of the product (the queue checks
+/// again when the order joins it: this is the early answer that writes nothing).
+fn has_room(state: &AppState, terms: &Terms) -> bool {
+    let max = state.config.max_waiters_per_product;
+    if terms.batched() {
+        state.combiner.queued(terms.id) < max
+    } else if terms.guard.recipe().is_some() {
+        state.zk.waiting_here(terms.id) < max
+    } else {
+        true
+    }
+}
+
+/// Runs the whole flow for one order. `client_gone` resolves if the HTTP client disconnects:
+/// it is honoured only while the order waits for its lock cycle; once served, the order runs
+/// to a final status whether anyone listens or not.
+pub async fn place(
+    state: &AppState,
+    new: NewOrder,
+    key: Option<&str>,
+    client_gone: oneshot::Receiver<()>,
+) -> Answer {
+    let admitted = admit(state, &new, false).await?;
+    place_admitted(state, admitted, key, client_gone).await
+}
+
+/// [`place`], for an order [`admit`] let through.
+pub async fn place_admitted(
+    state: &AppState,
+    admitted: Admitted,
+    key: Option<&str>,
+    client_gone: oneshot::Receiver<()>,
+) -> Answer {
+    let Admitted {
+        terms,
+        user_id,
+        quantity,
+        amount_cents,
+        pay,
+    } = admitted;
+    let ticket = Ticket {
+        id: Uuid::new_v4(),
+        user_id,
+        quantity,
+        amount_cents,
+        pay,
         key: key.map(str::to_string),
         placed: Instant::now(),
     };
@@ -379,19 +452,16 @@ pub(crate) async fn cycle(
         flag_sold_out(state, terms.id).await;
     }
     let mut paying = Vec::new();
-    for (order, reply) in served.orders.into_iter().zip(replies) {
-        let answer = match order.status {
-            OrderStatus::Paying => {
+    for (outcome, reply) in served.orders.into_iter().zip(replies) {
+        let answer = match outcome {
+            Ok(order) if order.status == OrderStatus::Paying => {
                 paying.push((order, reply));
                 continue;
             }
-            OrderStatus::SoldOut => Err(AppError::SoldOut {
+            Ok(order) if order.status == OrderStatus::SoldOut => Err(AppError::SoldOut {
                 order_id: Some(order.id),
             }),
-            OrderStatus::Failed => Err(AppError::PurchaseLimit {
-                order_id: Some(order.id),
-            }),
-            _ => Ok(order),
+            other => other,
         };
         let _ = reply.send(answer);
     }

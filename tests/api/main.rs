@@ -1,6 +1,7 @@
 //! Integration tests against a real PostgreSQL and a real ZooKeeper (see `scripts/test`).
 //! Each test gets a fresh database and ZooKeeper root, so they run in parallel.
 
+mod abuse;
 mod bad_input;
 mod batching;
 mod chaos;

@@ -18,7 +18,7 @@ import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const shots = join(here, 'screenshots');
-const ADMIN = 'e2e-admin-token';
+const ADMIN = 'e2e-admin-token-0';
 const servers = [];
 let browser;
 let consoleErrors = [];

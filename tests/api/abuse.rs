@@ -1,0 +1,196 @@
+//! Abuse and access: rejections that cost PostgreSQL no write, a cap on unpaid reservations,
+//! ZooKeeper nodes only our credentials can touch, and lock queues a stray node cannot block.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use zookeeper_client as zk;
+
+use crate::helpers::*;
+
+/// Rows in the tables a request could write: orders and Idempotency-Keys.
+async fn rows(env: &TestEnv) -> (i64, i64) {
+    sqlx::query_as("SELECT (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM idempotency_keys)")
+        .fetch_one(&env.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rejected_orders_write_no_order_row_and_no_key_row() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--max-waiters-per-product", "1"]).await;
+    let sold_out = create_product(&app.base_url, 1, "zk").await;
+    let limited = create_product(&app.base_url, 10, "zk").await;
+    let busy = create_product(&app.base_url, 10, "zk").await;
+    for (product, user) in [(sold_out, "winner"), (limited, "hog")] {
+        let bought = order_with_key(&app.base_url, product, user, &format!("{user}-first")).await;
+        assert_eq!(bought.status, StatusCode::CREATED, "{bought:?}");
+    }
+    wait_until(Duration::from_secs(10), "the sold-out flag", || async {
+        let p = send(http().get(format!("{}/api/products/{sold_out}", app.base_url)))
+            .await
+            .ok()?;
+        (p.body["sold_out"] == true).then_some(())
+    })
+    .await;
+    // The busy product's one place is taken: an order holds its lock cycle.
+    let mut hold = app.holds.hold_next(busy);
+    let holder = spawn_order(&app.base_url, busy, "holder");
+    hold.reached().await;
+
+    let before = rows(&env).await;
+    let mut flood = Vec::new();
+    for i in 0..10 {
+        let key = format!("flood-{i}");
+        flood.push((
+            order_with_key(&app.base_url, sold_out, &format!("late-{i}"), &key).await,
+            "sold_out",
+        ));
+        flood.push((
+            order_with_key(&app.base_url, limited, "hog", &format!("{key}-hog")).await,
+            "purchase_limit",
+        ));
+        flood.push((
+            order_with_key(&app.base_url, 999_999, "nobody", &format!("{key}-none")).await,
+            "unknown_product",
+        ));
+        flood.push((
+            order_with_key(
+                &app.base_url,
+                busy,
+                &format!("crowd-{i}"),
+                &format!("{key}-busy"),
+            )
+            .await,
+            "too_busy",
+        ));
+        flood.push((
+            place_order(&http(), &app.base_url, limited, "hog")
+                .await
+                .unwrap(),
+            "purchase_limit",
+        ));
+    }
+    for (reply, code) in &flood {
+        assert_eq!(reply.code(), *code, "{reply:?}");
+    }
+    assert_eq!(
+        rows(&env).await,
+        before,
+        "{} rejections wrote rows",
+        flood.len()
+    );
+
+    hold.release();
+    assert_eq!(holder.await.unwrap().unwrap().status, StatusCode::CREATED);
+    // A known key still answers as it first did, not as a check would now.
+    let replay = order_with_key(&app.base_url, sold_out, "winner", "winner-first").await;
+    assert_eq!(
+        (replay.status, replay.replayed),
+        (StatusCode::CREATED, true),
+        "{replay:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unpaid_reservations_stop_at_their_share_of_the_stock() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--max-unpaid-share", "0.5"]).await;
+    let product = create_product(&app.base_url, 10, "zk").await;
+    let mut answers = Vec::new();
+    for i in 0..8 {
+        let reply = send(
+            http()
+                .post(format!("{}/orders", app.base_url))
+                .json(&json!({
+                    "product_id": product, "user_id": format!("hoarder-{i}"), "pay": false
+                })),
+        )
+        .await
+        .unwrap();
+        answers.push((reply.status, reply.code().to_string()));
+    }
+    let reserved = answers
+        .iter()
+        .filter(|a| a.0 == StatusCode::CREATED)
+        .count();
+    let refused = answers.iter().filter(|a| a.1 == "too_many_unpaid").count();
+    assert_eq!((reserved, refused), (5, 3), "{answers:?}");
+    // Paying buyers are not held up by the hoard.
+    let paid = place_order(&http(), &app.base_url, product, "payer")
+        .await
+        .unwrap();
+    assert_eq!(paid.status, StatusCode::CREATED, "{paid:?}");
+    assert_eq!(env.total_orders().await, 6, "refusals wrote no rows");
+    assert_eq!(env.stock(product).await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_zk_auth_our_nodes_are_ours_alone() {
+    let env = TestEnv::new().await;
+    let auth = ["--zk-auth", "seckill:s3cret-for-tests"];
+    let app = env.spawn_app(&auth).await;
+    let product = create_per_request_product(&app.base_url, 5, "zk").await;
+    let sold = place_order(&http(), &app.base_url, product, "first")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+
+    // Anyone else who can reach ZooKeeper: no auth.
+    let stranger = env.zk_client().await;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let root = &env.zk_root;
+    for path in [
+        format!("{root}/soldout/{product}"),
+        format!("{root}/demo/{product}-crash"),
+        format!("{}/_c_stray-lock-0000000000", env.lock_dir(product)),
+    ] {
+        let created = stranger.create(&path, &[], &persistent).await;
+        assert!(
+            matches!(created, Err(zk::Error::NoAuth)),
+            "{path}: {created:?}"
+        );
+    }
+    let read = stranger.get_data(&format!("{root}/ensemble")).await;
+    assert!(matches!(read, Err(zk::Error::NoAuth)), "{read:?}");
+
+    // Another instance with the same credentials shares everything.
+    let other = env.spawn_app(&auth).await;
+    let sold = place_order(&http(), &other.base_url, product, "second")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    assert_eq!(env.stock(product).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stray_persistent_node_in_a_lock_queue_blocks_nobody() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_per_request_product(&app.base_url, 5, "zk").await;
+    let zk = env.zk_client().await;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    zk.mkdir(&env.lock_dir(product), &persistent).await.unwrap();
+    // Named like a contender, sequence 0: first in the queue, and no session owns it.
+    let stray = format!(
+        "{}/_c_00000000-0000-0000-0000-000000000000-lock-0000000000",
+        env.lock_dir(product)
+    );
+    zk.create(&stray, b"not a contender", &persistent)
+        .await
+        .unwrap();
+
+    for buyer in ["after-stray-1", "after-stray-2"] {
+        let sold = place_order(&http(), &app.base_url, product, buyer)
+            .await
+            .unwrap();
+        assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    }
+    assert!(
+        zk.check_stat(&stray).await.unwrap().is_some(),
+        "left where it is"
+    );
+    assert_eq!(env.stock(product).await, 3);
+}

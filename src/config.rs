@@ -85,6 +85,34 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_UNPAID_SHARE", default_value_t = 0.5, value_parser = parse_share)]
     pub max_unpaid_share: f64,
 
+    /// Most open connections per instance; beyond it a new connection is answered 503
+    /// `too_busy` (Retry-After) and closed. Also kept below the process's open-file limit.
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// A client must send a request's headers within this long, which also closes a
+    /// keep-alive connection idle for longer: no slowloris client holds a socket forever.
+    #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_read_timeout_ms: u64,
+
+    /// Most `GET /api/events` streams open at once per instance; beyond it 503 `too_busy`.
+    #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = 256)]
+    pub max_event_streams: usize,
+
+    /// An event stream ends after this long; the page's EventSource reconnects.
+    #[arg(long, env = "SECKILL_EVENT_STREAM_MAX_S", default_value_t = 300)]
+    pub event_stream_max_s: u64,
+
+    /// Orders one client address may place per second on this instance, on average, before
+    /// answers turn 429 `rate_limited` (Retry-After). 0, the default, turns the limit off
+    /// (the load test sends from one address).
+    #[arg(long, env = "SECKILL_ORDERS_PER_CLIENT_PER_S", default_value_t = 0)]
+    pub orders_per_client_per_s: u32,
+
+    /// How many orders a client may send at once before the per-second rate applies.
+    #[arg(long, env = "SECKILL_ORDERS_BURST_PER_CLIENT", default_value_t = 20)]
+    pub orders_burst_per_client: u32,
+
     /// Bound on a whole request; slower ones answer 503 `unavailable` (an order still runs to
     /// its end: retry with the same Idempotency-Key to get its outcome).
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 15_000)]

@@ -135,10 +135,16 @@ impl Application {
             events.stop();
             let _ = stopping.send(tokio::time::Instant::now() + grace);
         };
-        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(signal);
-        let server = std::future::IntoFuture::into_future(server);
+        let limits = http::server::Limits {
+            max_connections: http::server::within_open_files(
+                state.config.max_connections,
+                state.config.db_max_connections as usize,
+            ),
+            header_read_timeout: Duration::from_millis(state.config.header_read_timeout_ms),
+        };
+        let server = http::server::serve(listener, http::router(state), limits, signal);
         let wait_for_server = async {
-            server.await.context("serving HTTP")?;
+            server.await;
             // A client that hung up leaves its order running in its task, and a lock cycle
             // may serve orders of connections that are gone: they must finish before the
             // pool closes, or they fail half way (a sale charged but not recorded as paid).

@@ -399,6 +399,12 @@ function connect() {
   events.onerror = () => {
     $('#live-dot').classList.remove('on');
     $('#live-text').textContent = 'reconnecting…';
+    // A stream that ends (the server ends each after --event-stream-max-s) is reopened by
+    // the browser; a refused one (503 too_busy: the instance is at its stream cap) is not,
+    // so try again ourselves, a little later and not all at once.
+    if (events.readyState === EventSource.CLOSED) {
+      setTimeout(connect, 2000 + Math.random() * 3000);
+    }
   };
   events.addEventListener('product', (e) => {
     const p = JSON.parse(e.data);

@@ -1,6 +1,13 @@
 //! `GET /api/events`: the teaching page's live feed (server-sent events).
+//!
+//! Each stream holds a connection for as long as it lasts, so streams are capped per
+//! instance (`--max-event-streams`; beyond it 503 `too_busy` with Retry-After) and each
+//! ends after `--event-stream-max-s` (the browser's EventSource reconnects on its own): idle
+//! streams cannot pile up and take the sockets every other request needs.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -8,35 +15,53 @@ use axum::routing::get;
 use axum::Router;
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::config::Config;
+use crate::error::AppError;
 use crate::state::AppState;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/events", get(events))
+pub fn router(config: &Config) -> Router<AppState> {
+    let streams = Arc::new(Semaphore::new(config.max_event_streams));
+    let lifetime = Duration::from_secs(config.event_stream_max_s);
+    Router::new().route(
+        "/api/events",
+        get(move |state: State<AppState>| events(state, streams.clone(), lifetime)),
+    )
 }
 
-/// Events `product`, `queue` and `demo`, each with JSON data, until the client leaves or
-/// the server shuts down. A client too slow to keep up skips to newer snapshots.
+/// Events `product`, `queue` and `demo`, each with JSON data, until the client leaves, the
+/// stream's lifetime ends, or the server shuts down. A client too slow to keep up skips to
+/// newer snapshots.
 async fn events(
     State(state): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    streams: Arc<Semaphore>,
+    lifetime: Duration,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
+    let slot: OwnedSemaphorePermit = streams
+        .try_acquire_owned()
+        .map_err(|_| AppError::Overloaded("event streams"))?;
     let (rx, stopping) = state.events.subscribe();
-    let stream =
-        futures_util::stream::unfold((rx, stopping), |(mut rx, mut stopping)| async move {
+    let ends = tokio::time::Instant::now() + lifetime;
+    let stream = futures_util::stream::unfold(
+        (rx, stopping, slot),
+        move |(mut rx, mut stopping, slot)| async move {
             loop {
                 let received = tokio::select! {
                     received = rx.recv() => received,
                     _ = stopping.wait_for(|s| *s) => return None,
+                    _ = tokio::time::sleep_until(ends) => return None,
                 };
                 match received {
                     Ok(message) => {
                         let event = Event::default().event(message.kind).data(message.data);
-                        return Some((Ok(event), (rx, stopping)));
+                        return Some((Ok(event), (rx, stopping, slot)));
                     }
                     Err(RecvError::Lagged(_)) => continue,
                     Err(RecvError::Closed) => return None,
                 }
             }
-        });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

@@ -5,8 +5,10 @@
 
 mod events;
 mod health;
+mod limit;
 mod orders;
 mod products;
+pub mod server;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
@@ -33,10 +35,10 @@ pub fn router(state: AppState) -> Router {
         axum::handler::HandlerWithoutStateExt::into_service(not_found),
     );
     Router::new()
-        .merge(orders::router())
+        .merge(orders::router(&state.config))
         .merge(products::router())
         .merge(health::router())
-        .merge(events::router())
+        .merge(events::router(&state.config))
         .fallback_service(
             tower::ServiceBuilder::new()
                 .map_request(no_nul)

@@ -8,6 +8,7 @@ use axum::Router;
 use tokio::sync::oneshot;
 
 use super::{parse_id, Json, Path};
+use crate::config::Config;
 use crate::error::{json_response, AppError};
 use crate::idempotency::{self, Reply};
 use crate::orders::{self, NewOrder, Order};
@@ -16,9 +17,17 @@ use crate::state::AppState;
 /// The header that makes a `POST /orders` safe to retry.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-pub fn router() -> Router<AppState> {
+pub fn router(config: &Config) -> Router<AppState> {
+    let create = match super::limit::per_client(config) {
+        Some(limiter) => post(create).route_layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                super::limit::check(limiter.clone(), request, next)
+            },
+        )),
+        None => post(create),
+    };
     Router::new()
-        .route("/orders", post(create))
+        .route("/orders", create)
         .route("/orders/{id}", get(show))
         .route("/orders/{id}/pay", post(pay))
 }

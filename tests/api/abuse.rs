@@ -194,3 +194,196 @@ async fn a_stray_persistent_node_in_a_lock_queue_blocks_nobody() {
     );
     assert_eq!(env.stock(product).await, 3);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn more_event_streams_than_the_cap_leave_the_instance_answering() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--max-event-streams", "5"]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let client = http();
+    let mut open = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..8 {
+        let response = client
+            .get(format!("{}/api/events", app.base_url))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            open.push(response); // held open: its stream goes on
+        } else {
+            refused.push(response);
+        }
+    }
+    assert_eq!((open.len(), refused.len()), (5, 3));
+    for response in refused {
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key("retry-after"));
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "too_busy", "{body}");
+    }
+    let health = send(http().get(format!("{}/healthz", app.base_url)))
+        .await
+        .unwrap();
+    assert_eq!(health.status, StatusCode::OK);
+    let sold = place_order(&http(), &app.base_url, product, "streamer")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+
+    drop(open);
+    wait_until(
+        Duration::from_secs(10),
+        "a stream slot to come back",
+        || async {
+            let response = client
+                .get(format!("{}/api/events", app.base_url))
+                .send()
+                .await
+                .ok()?;
+            (response.status() == StatusCode::OK).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_stream_ends_after_its_lifetime() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--event-stream-max-s", "1"]).await;
+    let response = http()
+        .get(format!("{}/api/events", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The body ends (the server closed the stream) instead of running for ever.
+    let body = tokio::time::timeout(Duration::from_secs(30), response.bytes()).await;
+    assert!(matches!(body, Ok(Ok(_))), "{body:?}");
+}
+
+/// Reads what the server sends until it closes the connection (bounded).
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let read =
+        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut received)).await;
+    assert!(read.is_ok(), "the server kept the connection open");
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+fn addr(base_url: &str) -> String {
+    base_url.trim_start_matches("http://").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_beyond_the_cap_get_503_and_are_closed() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--max-connections", "3"]).await;
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(
+            tokio::net::TcpStream::connect(addr(&app.base_url))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut extra = tokio::net::TcpStream::connect(addr(&app.base_url))
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut extra).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("retry-after: 1") && answer.contains("\"too_busy\""),
+        "{answer}"
+    );
+    drop(idle);
+    wait_until(
+        Duration::from_secs(10),
+        "a connection slot to come back",
+        || async {
+            let health = send(http().get(format!("{}/healthz", app.base_url)))
+                .await
+                .ok()?;
+            (health.status == StatusCode::OK).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_slow_to_send_headers_or_idle_after_a_request_is_disconnected() {
+    use tokio::io::AsyncWriteExt;
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--header-read-timeout-ms", "300"]).await;
+    // Slowloris: half a request, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(addr(&app.base_url))
+        .await
+        .unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut slow).await;
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // Keep-alive: one request answered, then the idle connection is closed.
+    let mut idle = tokio::net::TcpStream::connect(addr(&app.base_url))
+        .await
+        .unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut idle).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orders_beyond_a_clients_rate_answer_429_and_write_nothing() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&[
+            "--orders-per-client-per-s",
+            "1",
+            "--orders-burst-per-client",
+            "2",
+        ])
+        .await;
+    let product = create_product(&app.base_url, 50, "zk").await;
+    let started = std::time::Instant::now();
+    let orders = (0..20).map(|i| {
+        let base = app.base_url.clone();
+        async move {
+            place_order(&http(), &base, product, &format!("bot-{i}"))
+                .await
+                .unwrap()
+        }
+    });
+    let replies = futures::future::join_all(orders).await;
+    let elapsed = started.elapsed();
+    let sold = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    let limited: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.code() == "rate_limited")
+        .collect();
+    assert_eq!(sold + limited.len(), 20, "{replies:?}");
+    // Two at once, then one a second, however slowly the machine went.
+    assert!(
+        sold as u64 <= 2 + elapsed.as_secs() + 1,
+        "{sold} sold in {elapsed:?}"
+    );
+    assert!(!limited.is_empty(), "{replies:?}");
+    for reply in &limited {
+        assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(reply
+            .retry_after
+            .as_deref()
+            .is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+    }
+    assert_eq!(
+        env.total_orders().await,
+        sold as i64,
+        "rate-limited orders wrote no rows"
+    );
+}

@@ -17,6 +17,7 @@ use crate::orders::{self, NewOrder, Order, OrderStatus};
 use crate::state::AppState;
 
 /// A finished answer: what was sent, and whether it is a replay.
+#[derive(Clone)]
 pub struct Reply {
     pub status: StatusCode,
     pub body: String,
@@ -91,8 +92,20 @@ pub async fn place(
     let transient = result.as_ref().is_err_and(AppError::is_transient);
     let reply = Reply::of(result);
     if let Err(e) = finish(&state.db, &key, &reply, transient).await {
-        // The order's own status is already final; only the replay is lost.
-        tracing::warn!(error = %e, "could not record the idempotent response");
+        // The order's own status is already final; only the key's record is behind. Left
+        // so, the key would answer "in progress" until it went stale: keep trying while the
+        // database comes back (an outage is when this happens).
+        tracing::warn!(error = %e, "could not record the idempotent response; retrying");
+        let (db, kept) = (state.db.clone(), reply.clone());
+        state.tasks.spawn(async move {
+            for _ in 0..240 {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                if finish(&db, &key, &kept, transient).await.is_ok() {
+                    return;
+                }
+            }
+            tracing::warn!(key, "gave up recording the idempotent response");
+        });
     }
     reply
 }

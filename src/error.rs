@@ -222,7 +222,11 @@ impl AppError {
                 | StatusCode::INTERNAL_SERVER_ERROR
         ) || matches!(
             self,
-            AppError::IdempotencyInProgress | AppError::PaymentInProgress { .. }
+            AppError::IdempotencyInProgress
+                | AppError::PaymentInProgress { .. }
+                // Room comes back as reservations are paid or expire: "try later" must work
+                // with the same key.
+                | AppError::TooManyUnpaid
         )
     }
 

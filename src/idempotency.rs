@@ -73,13 +73,13 @@ pub async fn place(
             Err(db) => return Reply::of(Err(db.into())),
         },
     };
-    match begin(&state.db, &key, &fingerprint).await {
-        Ok(Begin::First) => {}
+    let attempt = match begin(&state.db, &key, &fingerprint).await {
+        Ok(Begin::First(attempt)) => attempt,
         Ok(Begin::Replay(reply)) => return reply,
         Ok(Begin::Mismatch) => return Reply::of(Err(AppError::IdempotencyMismatch)),
         Ok(Begin::InProgress) => return Reply::of(Err(AppError::IdempotencyInProgress)),
         Err(e) => return Reply::of(Err(e.into())),
-    }
+    };
     // The key is ours now. It was known a moment ago and has been freed since: check again.
     let admitted = match admitted {
         Some(admitted) => Ok(admitted),
@@ -91,16 +91,17 @@ pub async fn place(
     };
     let transient = result.as_ref().is_err_and(AppError::is_transient);
     let reply = Reply::of(result);
-    if let Err(e) = finish(&state.db, &key, &reply, transient).await {
+    if let Err(e) = finish(&state.db, &key, attempt, &reply, transient).await {
         // The order's own status is already final; only the key's record is behind. Left
         // so, the key would answer "in progress" until it went stale: keep trying while the
-        // database comes back (an outage is when this happens).
+        // database comes back (an outage is when this happens). Not a tracked task: at
+        // shutdown it may simply stop, and the key goes stale as before.
         tracing::warn!(error = %e, "could not record the idempotent response; retrying");
         let (db, kept) = (state.db.clone(), reply.clone());
-        state.tasks.spawn(async move {
-            for _ in 0..240 {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                if finish(&db, &key, &kept, transient).await.is_ok() {
+        tokio::spawn(async move {
+            for _ in 0..120 {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                if finish(&db, &key, attempt, &kept, transient).await.is_ok() {
                     return;
                 }
             }
@@ -130,10 +131,13 @@ struct KeyRow {
     order_id: Option<Uuid>,
     /// Older than a minute: long enough that a request without an order was abandoned.
     stale: bool,
+    /// The attempt that holds the key (none on rows from before attempts were recorded).
+    attempt: Option<Uuid>,
 }
 
 enum Begin {
-    First,
+    /// The key is ours: this attempt's id is in its row.
+    First(Uuid),
     Replay(Reply),
     Mismatch,
     InProgress,
@@ -142,18 +146,21 @@ enum Begin {
 async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sqlx::Error> {
     // Twice at most: a key freed below (its order sold nothing) is taken afresh.
     for _ in 0..2 {
+        let attempt = Uuid::new_v4();
         let inserted = sqlx::query(
-            "INSERT INTO idempotency_keys (key, request) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO idempotency_keys (key, request, attempt) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO NOTHING",
         )
         .bind(key)
         .bind(fingerprint)
+        .bind(attempt)
         .execute(db)
         .await?;
         if inserted.rows_affected() == 1 {
-            return Ok(Begin::First);
+            return Ok(Begin::First(attempt));
         }
         let row: Option<KeyRow> = sqlx::query_as(
-            "SELECT request, status_code, response, order_id,
+            "SELECT request, status_code, response, order_id, attempt,
                     created_at < now() - interval '1 minute' AS stale
              FROM idempotency_keys WHERE key = $1",
         )
@@ -179,7 +186,7 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
             // No answer kept, but an order: its attempt failed after the order had effects
             // (or its instance died). Answer from the order as it stands, once it has
             // settled; an order that sold nothing frees the key for this attempt.
-            match settled(db, key, order_id).await? {
+            match settled(db, key, row.attempt, order_id).await? {
                 Settled::Reply(reply) => return Ok(Begin::Replay(reply)),
                 Settled::Moving => return Ok(Begin::InProgress),
                 Settled::NothingSold => {
@@ -223,7 +230,12 @@ enum Settled {
 
 /// The answer for a key whose order settled without the answer being kept: the order if it
 /// was reserved, paid or expired, the decline if its payment failed.
-async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Settled, sqlx::Error> {
+async fn settled(
+    db: &PgPool,
+    key: &str,
+    attempt: Option<Uuid>,
+    order_id: Uuid,
+) -> Result<Settled, sqlx::Error> {
     let Some(order) = orders::get(db, order_id).await? else {
         return Ok(Settled::Moving);
     };
@@ -236,29 +248,43 @@ async fn settled(db: &PgPool, key: &str, order_id: Uuid) -> Result<Settled, sqlx
         OrderStatus::Failed => return Ok(Settled::NothingSold),
         OrderStatus::Created | OrderStatus::Paying => return Ok(Settled::Moving),
     };
-    finish(db, key, &reply, false).await?;
+    finish(db, key, attempt, &reply, false).await?;
     Ok(Settled::Reply(Reply {
         replayed: true,
         ..reply
     }))
 }
 
-async fn finish(db: &PgPool, key: &str, reply: &Reply, transient: bool) -> Result<(), sqlx::Error> {
+/// Records `attempt`'s answer on its key, or, for a transient one, frees the key when its
+/// order did nothing. Only while the key is still the attempt's: once freed and taken by a
+/// later attempt, the row is the later attempt's.
+async fn finish(
+    db: &PgPool,
+    key: &str,
+    attempt: impl Into<Option<Uuid>>,
+    reply: &Reply,
+    transient: bool,
+) -> Result<(), sqlx::Error> {
+    let attempt = attempt.into();
     if transient {
         // Forget the key only if its order did nothing (or never existed); otherwise the
         // next retry answers from the order (see `settled`).
         sqlx::query(
-            "DELETE FROM idempotency_keys k WHERE k.key = $1 AND (k.order_id IS NULL OR EXISTS
+            "DELETE FROM idempotency_keys k
+             WHERE k.key = $1 AND k.attempt IS NOT DISTINCT FROM $2 AND (k.order_id IS NULL OR EXISTS
                (SELECT 1 FROM orders o WHERE o.id = k.order_id AND o.status IN ('created', 'failed')))",
         )
         .bind(key)
+        .bind(attempt)
         .execute(db)
         .await?;
     } else {
         sqlx::query(
-            "UPDATE idempotency_keys SET status_code = $2, response = $3, completed_at = now() WHERE key = $1",
+            "UPDATE idempotency_keys SET status_code = $3, response = $4, completed_at = now()
+             WHERE key = $1 AND attempt IS NOT DISTINCT FROM $2",
         )
         .bind(key)
+        .bind(attempt)
         .bind(reply.status.as_u16() as i16)
         .bind(&reply.body)
         .execute(db)
@@ -297,6 +323,7 @@ mod tests {
         let id = uuid::Uuid::nil();
         assert!(AppError::LockTimeout { order_id: Some(id) }.is_transient());
         assert!(AppError::TooBusy.is_transient());
+        assert!(AppError::TooManyUnpaid.is_transient());
         assert!(!AppError::SoldOut { order_id: None }.is_transient());
         assert!(!AppError::PaymentFailed { order_id: id }.is_transient());
     }

@@ -99,6 +99,24 @@ impl Zk {
         Ok(zk)
     }
 
+    /// Reads the ensemble's identity again in the current session. For a lock that lost its
+    /// claim: if `{root}/ensemble` was deleted and made again (with a new identity, which
+    /// Postgres then ranks above ours) while our session lived on, our tokens would be
+    /// fenced out for as long as the session lasts. One fenced cycle, then the new identity.
+    pub async fn reidentify(&self) {
+        let client = self.client();
+        match identify(&client, self.root(), self.acls()).await {
+            Ok(ensemble) => {
+                let mut live = self.inner.live.write().expect("zk client lock poisoned");
+                if live.0.session_id() == client.session_id() && live.1 != ensemble {
+                    tracing::warn!(%ensemble, was = %live.1, "the ensemble's identity changed under our session");
+                    live.1 = ensemble;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not re-read the ensemble's identity"),
+        }
+    }
+
     /// The ACL for nodes we create (see [`Zk::connect`]).
     pub fn acls(&self) -> zk::Acls<'static> {
         self.inner.acls
@@ -219,8 +237,21 @@ pub(super) async fn identify(
     loop {
         let fresh = Uuid::new_v4();
         match client.create(&path, fresh.as_bytes(), &persistent).await {
-            Ok(_) => return Ok(fresh),
-            Err(zk::Error::NoNode) => make_root(client, root, acls).await?,
+            Ok(_) => {
+                if acls == zk::Acls::creator_all() {
+                    ensure_closed(client, root).await?;
+                }
+                return Ok(fresh);
+            }
+            Err(zk::Error::NoNode) => {
+                make_root(client, root, acls).await?;
+                continue;
+            }
+            Err(zk::Error::NodeExists) if acls == zk::Acls::creator_all() => {
+                for node in [root, path.as_str()] {
+                    ensure_closed(client, node).await?;
+                }
+            }
             Err(zk::Error::NodeExists) => {}
             // Created or not, the next create finds out (NodeExists, then the read).
             Err(zk::Error::ConnectionLoss) => {
@@ -243,6 +274,21 @@ pub(super) async fn identify(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// With `--zk-auth`, a node we rely on must not be open to anyone: one created before auth
+/// was turned on, or by a stranger who got to a wiped ZooKeeper first, would let others
+/// raise flags or rewrite the ensemble's identity. Refuse it (at start, the service does not
+/// start; later, the session is not used) rather than trust it.
+async fn ensure_closed(client: &zk::Client, node: &str) -> Result<(), zk::Error> {
+    let (acl, _) = client.get_acl(node).await?;
+    if acl.iter().any(|entry| entry.scheme() == "world") {
+        return Err(zk::Error::UnexpectedError(format!(
+            "{node} is open to anyone (created without --zk-auth, or not by us): \
+             delete it, or restrict its ACL to our credentials"
+        )));
+    }
+    Ok(())
 }
 
 /// Replaces the session when ZooKeeper expires it (a long partition, a paused process, a

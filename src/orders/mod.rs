@@ -438,6 +438,9 @@ pub(crate) async fn cycle(
         demo::report_zombie(&state.db, terms.id, tickets[0].id, token, fenced).await;
     }
     drop(lock);
+    if matches!(served, Err(AppError::LockLost { .. })) && demo.is_none() {
+        state.zk.reidentify().await;
+    }
     let served = match served {
         Ok(served) => served,
         Err(e) => {

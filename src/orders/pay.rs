@@ -83,7 +83,7 @@ async fn settle(state: &AppState, orders: Vec<Order>) -> Vec<Answer> {
             }
         })
         .collect();
-    let recorded = store::record_payments(&state.db, &payments).await;
+    let recorded = record(state, &payments).await;
     let unrecorded = recorded.is_err();
     let mut paid: HashMap<Uuid, Order> = match recorded {
         Ok(paid) => paid.into_iter().map(|o| (o.id, o)).collect(),
@@ -117,6 +117,26 @@ async fn settle(state: &AppState, orders: Vec<Order>) -> Vec<Answer> {
         }
     });
     join_all(answers).await
+}
+
+/// Records the charges' outcomes, retrying through a database outage for up to a minute:
+/// the provider has answered, so its answer must reach the order. Left unrecorded, a charged
+/// order would wait in `paying` for the sweep, which finds no succeeded payment and returns
+/// its units: the buyer charged, the order failed.
+async fn record(state: &AppState, payments: &[Payment<'_>]) -> Result<Vec<Order>, sqlx::Error> {
+    let mut pause = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    loop {
+        match store::record_payments(&state.db, payments).await {
+            Err(e) if waited < Duration::from_secs(60) => {
+                tracing::warn!(orders = payments.len(), error = %e, "recording payments failed; retrying");
+                tokio::time::sleep(pause).await;
+                waited += pause;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            done => return done,
+        }
+    }
 }
 
 /// A declined payment gives the units back. Retried a few times: if it still cannot (lock

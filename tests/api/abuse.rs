@@ -387,3 +387,34 @@ async fn orders_beyond_a_clients_rate_answer_429_and_write_nothing() {
         "rate-limited orders wrote no rows"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_zk_auth_a_root_open_to_anyone_is_refused_at_start() {
+    let env = TestEnv::new().await;
+    // Made before auth was turned on, or by a stranger who got there first.
+    let stranger = env.zk_client().await;
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    stranger.mkdir(&env.zk_root, &open).await.unwrap();
+    let argv = [
+        "seckill",
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        &env.database_url,
+        "--zk",
+        &env.zk_connect,
+        "--zk-root",
+        &env.zk_root,
+        "--zk-auth",
+        "seckill:s3cret-for-tests",
+    ];
+    let config = <seckill::Config as clap::Parser>::try_parse_from(argv).unwrap();
+    let refused = seckill::Application::build(config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        format!("{refused:#}").contains("open to anyone"),
+        "{refused:#}"
+    );
+}

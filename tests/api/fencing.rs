@@ -226,3 +226,40 @@ async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_revers
     assert!(take_one(&db, product, token(new, 8)).await);
     assert_eq!(env.stock(product).await, 7, "three sales were allowed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_identity_made_again_under_a_running_instance_costs_it_one_cycle() {
+    let env = TestEnv::new().await;
+    let old = env.spawn_app(&[]).await;
+    let product = create_per_request_product(&old.base_url, 5, "zk").await;
+    let sold = place_order(&http(), &old.base_url, product, "before")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED);
+    // Someone deletes the identity node; the next instance to start makes a new one, which
+    // Postgres ranks above the old one when that instance sells.
+    let zk = env.zk_client().await;
+    zk.delete(&format!("{}/ensemble", env.zk_root), None)
+        .await
+        .unwrap();
+    let new = env.spawn_app(&[]).await;
+    let sold = place_order(&http(), &new.base_url, product, "new")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+
+    // The old instance's session still carries the old identity: fenced once, then it
+    // reads the identity again and sells.
+    let fenced = place_order(&http(), &old.base_url, product, "old-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        (fenced.status, fenced.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "lock_lost")
+    );
+    let sold = place_order(&http(), &old.base_url, product, "old-2")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    assert_eq!(env.stock(product).await, 2);
+}

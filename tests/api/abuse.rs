@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::json;
 use zookeeper_client as zk;
 
 use crate::helpers::*;
@@ -101,15 +100,7 @@ async fn unpaid_reservations_stop_at_their_share_of_the_stock() {
     let product = create_product(&app.base_url, 10, "zk").await;
     let mut answers = Vec::new();
     for i in 0..8 {
-        let reply = send(
-            http()
-                .post(format!("{}/orders", app.base_url))
-                .json(&json!({
-                    "product_id": product, "user_id": format!("hoarder-{i}"), "pay": false
-                })),
-        )
-        .await
-        .unwrap();
+        let reply = reserve(&app.base_url, product, &format!("hoarder-{i}")).await;
         answers.push((reply.status, reply.code().to_string()));
     }
     let reserved = answers

@@ -100,25 +100,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     let ours = Uuid::new_v4();
 
     // Token 10 claims and reads, then pauses until told; token 20 claims and sells meanwhile.
-    let (read, has_read) = oneshot::channel::<()>();
-    let (go_on, write) = oneshot::channel::<()>();
-    let older = tokio::spawn({
-        let db = db.clone();
-        async move {
-            let pause = async move {
-                let _ = read.send(());
-                let _ = write.await;
-            };
-            inventory::change_stock(
-                &db,
-                product,
-                Change::Take(1),
-                Protection::Fenced(token(ours, 10)),
-                pause,
-            )
-            .await
-        }
-    });
+    let (has_read, go_on, older) = paused_take(&db, product, token(ours, 10));
     has_read.await.expect("token 10 reached its pause");
     assert_eq!(env.fence(product).await, 10, "token 10 claimed the row");
     match inventory::change_stock(
@@ -150,6 +132,38 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     .await;
     assert!(matches!(late, Ok(Outcome::Fenced)));
     assert_eq!(env.stock(product).await, 9);
+}
+
+/// Takes one unit under `token` in the background, pausing between its read and its write:
+/// resolves the first receiver once it has read (its claim made), writes once the sender
+/// fires.
+fn paused_take(
+    db: &sqlx::PgPool,
+    product: i64,
+    token: Token,
+) -> (
+    oneshot::Receiver<()>,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<Outcome, sqlx::Error>>,
+) {
+    let (read, has_read) = oneshot::channel::<()>();
+    let (go_on, write) = oneshot::channel::<()>();
+    let db = db.clone();
+    let taking = tokio::spawn(async move {
+        let pause = async move {
+            let _ = read.send(());
+            let _ = write.await;
+        };
+        inventory::change_stock(
+            &db,
+            product,
+            Change::Take(1),
+            Protection::Fenced(token),
+            pause,
+        )
+        .await
+    });
+    (has_read, go_on, taking)
 }
 
 fn token(ensemble: Uuid, zxid: i64) -> Token {
@@ -190,25 +204,7 @@ async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_revers
     );
     // The old ensemble's holder reads, then pauses; meanwhile ZooKeeper is replaced and the
     // new ensemble's first holder, with a far smaller zxid, claims the row and sells.
-    let (read, has_read) = oneshot::channel::<()>();
-    let (go_on, write) = oneshot::channel::<()>();
-    let stale = tokio::spawn({
-        let db = db.clone();
-        async move {
-            let pause = async move {
-                let _ = read.send(());
-                let _ = write.await;
-            };
-            inventory::change_stock(
-                &db,
-                product,
-                Change::Take(1),
-                Protection::Fenced(token(old, 5_001)),
-                pause,
-            )
-            .await
-        }
-    });
+    let (has_read, go_on, stale) = paused_take(&db, product, token(old, 5_001));
     has_read.await.expect("the old holder reached its pause");
     assert!(
         take_one(&db, product, token(new, 7)).await,

@@ -364,6 +364,15 @@ pub async fn place_order_of(
     .await
 }
 
+/// A reservation without payment (`"pay": false`) of one unit.
+pub async fn reserve(base_url: &str, product_id: i64, user: &str) -> Reply {
+    send(http().post(format!("{base_url}/orders")).json(&json!({
+        "product_id": product_id, "user_id": user, "pay": false
+    })))
+    .await
+    .expect("reservation answered")
+}
+
 /// One unit, with an Idempotency-Key.
 pub async fn order_with_key(base: &str, product: i64, user: &str, key: &str) -> Reply {
     send(

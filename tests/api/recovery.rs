@@ -143,15 +143,7 @@ async fn the_sweep_skips_an_order_it_cannot_settle_and_settles_the_rest() {
         create_product_with(&app.base_url, json!({ "stock": 5, "per_user_limit": 5 })).await;
     let mut ids = Vec::new();
     for user in ["unsettleable", "settleable"] {
-        let reserved = send(
-            http()
-                .post(format!("{}/orders", app.base_url))
-                .json(&json!({
-                    "product_id": product, "user_id": user, "pay": false
-                })),
-        )
-        .await
-        .unwrap();
+        let reserved = reserve(&app.base_url, product, user).await;
         assert_eq!(reserved.status, StatusCode::CREATED, "{reserved:?}");
         ids.push(
             reserved.body["id"]

@@ -174,15 +174,7 @@ async fn an_unpaid_reservation_expires_and_its_stock_returns() {
     let product =
         create_product_with(&app.base_url, json!({ "stock": 5, "reservation_ttl_s": 1 })).await;
 
-    let reserved = send(
-        http()
-            .post(format!("{}/orders", app.base_url))
-            .json(&json!({
-                "product_id": product, "user_id": "dawdler", "pay": false
-            })),
-    )
-    .await
-    .unwrap();
+    let reserved = reserve(&app.base_url, product, "dawdler").await;
     assert_eq!(reserved.status, StatusCode::CREATED, "{reserved:?}");
     assert_eq!(reserved.body["status"], "reserved");
     assert!(reserved.body["expires_at"].is_string());
@@ -242,11 +234,7 @@ async fn a_payment_racing_the_expiry_ends_paid_or_expired_never_both() {
     let race = (0..trials).map(|i| {
         let base = app.base_url.clone();
         async move {
-            let reserved = send(http().post(format!("{base}/orders")).json(&json!({
-                "product_id": product, "user_id": format!("racer-{i}"), "pay": false
-            })))
-            .await
-            .unwrap();
+            let reserved = reserve(&base, product, &format!("racer-{i}")).await;
             assert_eq!(reserved.status, StatusCode::CREATED, "{reserved:?}");
             let id = reserved.body["id"].as_str().unwrap().to_string();
             tokio::time::sleep_until(
@@ -573,15 +561,7 @@ async fn an_abandoned_payment_is_settled_by_the_sweep() {
         create_product_with(&app.base_url, json!({ "stock": 5, "per_user_limit": 5 })).await;
     let mut ids = Vec::new();
     for user in ["charged", "never-charged"] {
-        let reserved = send(
-            http()
-                .post(format!("{}/orders", app.base_url))
-                .json(&json!({
-                    "product_id": product, "user_id": user, "pay": false
-                })),
-        )
-        .await
-        .unwrap();
+        let reserved = reserve(&app.base_url, product, user).await;
         ids.push(reserved.body["id"].as_str().unwrap().to_string());
     }
     // Both stuck in `paying` for ten minutes, as if their instance had died mid-payment; the

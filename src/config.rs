@@ -152,10 +152,22 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STATIC_DIR", default_value = "static")]
     pub static_dir: PathBuf,
 
+    /// Log lines as text (for a terminal) or one JSON object per line (for a log pipeline);
+    /// either way each line carries its request's `request_id`. `RUST_LOG` filters them.
+    #[arg(long, env = "SECKILL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Name written into this instance's lock nodes, so a person reading ZooKeeper sees who
     /// waits. Defaults to `<listen address>/<pid>`.
     #[arg(long, env = "SECKILL_INSTANCE")]
     pub instance: Option<String>,
+}
+
+/// How log lines are written (see `telemetry::logs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl Config {

@@ -98,13 +98,48 @@ pub enum AppError {
     Internal(#[source] anyhow::Error),
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody<'a> {
+    /// A stable code from [`CODES`]: match on this, not on the message.
+    #[schema(value_type = String)]
     error: &'a str,
+    /// For people; may change.
     message: String,
+    /// The order the error happened to, when its row exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<Uuid>,
 }
+
+/// Every code [`AppError::code`] can answer, in the README's order.
+pub const CODES: [&str; 25] = [
+    "invalid_request",
+    "unauthorized",
+    "payment_failed",
+    "admin_disabled",
+    "demo_disabled",
+    "unknown_product",
+    "order_not_found",
+    "not_found",
+    "method_not_allowed",
+    "sold_out",
+    "purchase_limit",
+    "too_many_unpaid",
+    "idempotency_in_progress",
+    "reservation_expired",
+    "payment_in_progress",
+    "order_not_payable",
+    "payload_too_large",
+    "unsupported_media_type",
+    "idempotency_mismatch",
+    "too_busy",
+    "rate_limited",
+    "lock_timeout",
+    "lock_lost",
+    "unavailable",
+    "internal",
+];
 
 impl AppError {
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -170,7 +205,7 @@ impl AppError {
         }
     }
 
-    fn order_id(&self) -> Option<Uuid> {
+    pub fn order_id(&self) -> Option<Uuid> {
         use AppError::*;
         match self {
             PaymentFailed { order_id }
@@ -316,6 +351,52 @@ fn is_transient_sqlstate(code: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_code_is_listed_for_the_api_description() {
+        let id = Uuid::nil();
+        let errors = [
+            AppError::invalid("x"),
+            AppError::Unauthorized,
+            AppError::DemoDisabled,
+            AppError::AdminDisabled,
+            AppError::PaymentFailed { order_id: id },
+            AppError::UnknownProduct(1),
+            AppError::OrderNotFound(id),
+            AppError::RouteNotFound,
+            AppError::MethodNotAllowed,
+            AppError::SoldOut { order_id: None },
+            AppError::PurchaseLimit { order_id: None },
+            AppError::TooManyUnpaid,
+            AppError::ReservationExpired { order_id: id },
+            AppError::PaymentInProgress { order_id: id },
+            AppError::NotPayable { order_id: id },
+            AppError::IdempotencyInProgress,
+            AppError::IdempotencyMismatch,
+            AppError::TooBusy,
+            AppError::RateLimited,
+            AppError::Overloaded("connections"),
+            AppError::PayloadTooLarge(1),
+            AppError::UnsupportedMediaType,
+            AppError::LockTimeout { order_id: None },
+            AppError::LockLost { order_id: None },
+            AppError::Unavailable(anyhow::anyhow!("x")),
+            AppError::Internal(anyhow::anyhow!("x")),
+        ];
+        for error in &errors {
+            assert!(
+                CODES.contains(&error.code()),
+                "{} is not in CODES",
+                error.code()
+            );
+        }
+        let answered: std::collections::HashSet<_> = errors.iter().map(AppError::code).collect();
+        assert_eq!(
+            answered.len(),
+            CODES.len(),
+            "CODES lists a code no error answers"
+        );
+    }
 
     #[test]
     fn every_503_has_retry_after_and_a_code() {

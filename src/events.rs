@@ -21,6 +21,7 @@ use zookeeper_client as zk;
 use crate::flags::Flags;
 use crate::inventory::{self, Guard};
 use crate::lock::Zk;
+use crate::telemetry::metrics;
 
 /// The PostgreSQL channel every instance listens on.
 pub const CHANNEL: &str = "seckill_events";
@@ -162,6 +163,7 @@ async fn follow_locks(events: Events, zk: Zk) {
             }
         }
         let client = zk.client();
+        metrics::zk("add_watch");
         let mut watcher = match client
             .watch(&locks, zk::AddWatchMode::PersistentRecursive)
             .await

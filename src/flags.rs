@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use crate::lock::{make_dir, Zk};
+use crate::telemetry::metrics;
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -91,6 +92,7 @@ impl Flags {
         let path = self.path(flag);
         let created = retry(|| async {
             let client = self.inner.zk.client();
+            metrics::zk("create");
             match client.create(&path, &[], &persistent).await {
                 Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
                 // The directory went with a wiped ZooKeeper: make it again, then retry.
@@ -119,6 +121,7 @@ impl Flags {
         self.set_local(flag, false);
         let path = self.path(flag);
         let deleted = retry(|| async {
+            metrics::zk("delete");
             match self.inner.zk.client().delete(&path, None).await {
                 Ok(()) => Ok(true),
                 Err(zk::Error::NoNode) => Ok(false),
@@ -174,6 +177,7 @@ where
 }
 
 async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
+    metrics::zk("get_children");
     let children = match client.list_children(&inner.dir).await {
         Ok(children) => children,
         // A wiped or replaced ZooKeeper: no flags, and the directory made again.
@@ -195,6 +199,7 @@ async fn follow(inner: std::sync::Weak<Inner>) {
         let Some(live) = inner.upgrade() else { return };
         let client = live.zk.client();
         let watched = async {
+            metrics::zk("add_watch");
             let watcher = client
                 .watch(&live.dir, zk::AddWatchMode::Persistent)
                 .await?;

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::error::AppError;
 use crate::orders::{self, NewOrder, Order, OrderStatus};
 use crate::state::AppState;
+use crate::telemetry::metrics;
 
 /// A finished answer: what was sent, and whether it is a replay.
 #[derive(Clone)]
@@ -58,8 +59,13 @@ pub async fn place(
     new: NewOrder,
     client_gone: oneshot::Receiver<()>,
 ) -> Reply {
+    let product_id = new.product_id;
     let Some(key) = key else {
-        return Reply::of(orders::place(state, new, None, client_gone).await);
+        return answer(
+            state,
+            product_id,
+            orders::place(state, new, None, client_gone).await,
+        );
     };
     let fingerprint = serde_json::to_value(&new).expect("requests serialise");
     // The checks that write nothing come first, so a rejected request leaves no key row —
@@ -68,17 +74,21 @@ pub async fn place(
     let admitted = match orders::admit(state, &new, true).await {
         Ok(admitted) => Some(admitted),
         Err(e) => match known(&state.db, &key).await {
-            Ok(false) => return Reply::of(Err(e)),
+            Ok(false) => return answer(state, product_id, Err(e)),
             Ok(true) => None,
-            Err(db) => return Reply::of(Err(db.into())),
+            Err(db) => return answer(state, product_id, Err(db.into())),
         },
     };
     let attempt = match begin(&state.db, &key, &fingerprint).await {
         Ok(Begin::First(attempt)) => attempt,
         Ok(Begin::Replay(reply)) => return reply,
-        Ok(Begin::Mismatch) => return Reply::of(Err(AppError::IdempotencyMismatch)),
-        Ok(Begin::InProgress) => return Reply::of(Err(AppError::IdempotencyInProgress)),
-        Err(e) => return Reply::of(Err(e.into())),
+        Ok(Begin::Mismatch) => {
+            return answer(state, product_id, Err(AppError::IdempotencyMismatch))
+        }
+        Ok(Begin::InProgress) => {
+            return answer(state, product_id, Err(AppError::IdempotencyInProgress))
+        }
+        Err(e) => return answer(state, product_id, Err(e.into())),
     };
     // The key is ours now. It was known a moment ago and has been freed since: check again.
     let admitted = match admitted {
@@ -90,7 +100,7 @@ pub async fn place(
         Err(e) => Err(e),
     };
     let transient = result.as_ref().is_err_and(AppError::is_transient);
-    let reply = Reply::of(result);
+    let reply = answer(state, product_id, result);
     if let Err(e) = finish(&state.db, &key, attempt, &reply, transient).await {
         // The order's own status is already final; only the key's record is behind. Left
         // so, the key would answer "in progress" until it went stale: keep trying while the
@@ -109,6 +119,41 @@ pub async fn place(
         });
     }
     reply
+}
+
+/// An order's answer as it is first sent (replays are not counted again): counted by guard
+/// and outcome, and logged once — the line that ties the request's id to its order.
+fn answer(state: &AppState, product_id: i64, result: Result<Order, AppError>) -> Reply {
+    let guard = state
+        .catalog
+        .cached(product_id)
+        .map_or("unknown", |terms| terms.guard.as_str());
+    match &result {
+        Ok(order) => {
+            metrics::order(guard, order.status.as_str());
+            tracing::info!(
+                order_id = %order.id,
+                product = product_id,
+                guard,
+                outcome = order.status.as_str(),
+                fence = order.fence,
+                lock_wait_ms = order.lock_wait_ms,
+                batch_size = order.batch_size,
+                "order answered"
+            );
+        }
+        Err(e) => {
+            metrics::order(guard, e.code());
+            tracing::info!(
+                order_id = e.order_id().map(tracing::field::display),
+                product = product_id,
+                guard,
+                outcome = e.code(),
+                "order answered"
+            );
+        }
+    }
+    Reply::of(result)
 }
 
 /// Whether a request has used the key already.

@@ -17,7 +17,7 @@ use crate::lock::{LockError, Recipe, Session, StockLock, Token};
 use crate::state::AppState;
 
 /// How a product's stock is protected against concurrent buyers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Guard {
     /// Read-check-write inside the product's fair ZooKeeper lock, fenced by the lock's token.
@@ -64,7 +64,7 @@ impl TryFrom<String> for Guard {
     }
 }
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Product {
     pub id: i64,
     pub name: String,
@@ -89,18 +89,33 @@ pub struct Product {
 }
 
 /// The admin's request to put a product on sale.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewProduct {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub name: String,
+    #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
     pub price_cents: i64,
+    #[schema(minimum = 0, maximum = 100_000_000)]
     pub stock: i64,
+    /// `none` only on a server started with `--allow-unsafe-guards`.
     #[serde(default = "default_guard")]
     pub guard: Guard,
+    /// Default 10.
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_per_order: Option<i64>,
+    /// Default 1.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub per_user_limit: Option<i64>,
+    /// Default 600.
+    #[schema(minimum = 1, maximum = 604_800)]
     pub reservation_ttl_s: Option<i64>,
     /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
+    #[schema(minimum = 1, maximum = 4096)]
     pub batch_max: Option<i64>,
 }
 
@@ -175,7 +190,7 @@ impl NewProduct {
 
 /// Whether a product's books balance: every unit stocked is either still in stock or in an
 /// order that holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Audit {
     pub stocked_total: i64,
     pub stock: i64,
@@ -325,6 +340,15 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The product's terms if this instance has read them already (no query).
+    pub fn cached(&self, id: i64) -> Option<Arc<Terms>> {
+        self.terms
+            .read()
+            .expect("catalog poisoned")
+            .get(&id)
+            .cloned()
+    }
+
     pub async fn terms(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
         if let Some(terms) = self.terms.read().expect("catalog poisoned").get(&id) {
             return Ok(Some(terms.clone()));

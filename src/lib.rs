@@ -17,6 +17,7 @@
 //! - [`events`]: live stock, lock-queue and demo events for the teaching page.
 //! - [`payment`]: the simulated payment provider.
 //! - [`error`]: the one error type, and how it becomes an HTTP answer.
+//! - [`telemetry`]: log lines (text or JSON, with request ids) and the Prometheus metrics.
 
 pub mod config;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod orders;
 pub mod payment;
 pub mod startup;
 pub mod state;
+pub mod telemetry;
 
 pub use config::Config;
 pub use startup::Application;

@@ -1,16 +1,10 @@
 use clap::Parser;
-use seckill::{Application, Config};
-use tracing_subscriber::EnvFilter;
+use seckill::{telemetry, Application, Config};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    telemetry::logs::init(config.log_format);
 
     let app = Application::build(config).await?;
     // On stdout, alone: scripts and tests read the port from this line.

@@ -41,6 +41,8 @@ impl Application {
                 "statement_timeout",
                 format!("{}ms", config.db_statement_timeout_ms),
             )]);
+        // Installed before anything is counted.
+        crate::telemetry::metrics::handle();
         let db = PgPoolOptions::new()
             .max_connections(config.db_max_connections)
             .acquire_timeout(Duration::from_secs(3))

@@ -18,7 +18,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::Config;
-use crate::error::AppError;
+use crate::error::{AppError, ErrorBody};
 use crate::state::AppState;
 
 pub fn router(config: &Config) -> Router<AppState> {
@@ -33,7 +33,12 @@ pub fn router(config: &Config) -> Router<AppState> {
 /// Events `product`, `queue` and `demo`, each with JSON data, until the client leaves, the
 /// stream's lifetime ends, or the server shuts down. A client too slow to keep up skips to
 /// newer snapshots.
-async fn events(
+#[utoipa::path(get, path = "/api/events", operation_id = "events", tag = "teaching",
+    responses(
+        (status = 200, description = "Server-sent events: `product` (a product, on every stock change), `queue` (a lock view, when lock nodes change), `demo` (crash/zombie outcomes), from every instance; the stream ends after `--event-stream-max-s`", content_type = "text/event-stream", body = String),
+        (status = 503, description = "`too_busy`: `--max-event-streams` streams are open on this instance", body = ErrorBody<'static>),
+    ))]
+pub(super) async fn events(
     State(state): State<AppState>,
     streams: Arc<Semaphore>,
     lifetime: Duration,

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::Json;
 use crate::state::AppState;
@@ -15,13 +15,53 @@ pub fn router() -> Router<AppState> {
         .route("/readyz", get(readyz))
 }
 
+/// `ok` or `unavailable`.
+#[derive(Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Status {
+    Ok,
+    Unavailable,
+}
+
+impl Status {
+    fn of(ok: bool) -> Status {
+        if ok {
+            Status::Ok
+        } else {
+            Status::Unavailable
+        }
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct Health {
+    status: Status,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct Readiness {
+    /// `ok` when both backing services answer.
+    status: Status,
+    postgres: Status,
+    zookeeper: Status,
+    /// This instance's name, as written into its lock nodes.
+    instance: String,
+}
+
 /// The process is up and serving HTTP.
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "operations",
+    responses((status = 200, description = "The process is up", body = Health)))]
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health { status: Status::Ok })
 }
 
 /// Both backing services answer. 503 otherwise, naming the one that does not.
-async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
+    responses(
+        (status = 200, description = "PostgreSQL and ZooKeeper answer", body = Readiness),
+        (status = 503, description = "One of them does not: the body names it", body = Readiness),
+    ))]
+pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let postgres = tokio::time::timeout(
         std::time::Duration::from_secs(2),
         sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db),
@@ -34,12 +74,11 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let word = |ok: bool| if ok { "ok" } else { "unavailable" };
-    let body = json!({
-        "status": word(postgres && zookeeper),
-        "postgres": word(postgres),
-        "zookeeper": word(zookeeper),
-        "instance": state.zk.instance(),
-    });
+    let body = Readiness {
+        status: Status::of(postgres && zookeeper),
+        postgres: Status::of(postgres),
+        zookeeper: Status::of(zookeeper),
+        instance: state.zk.instance().to_string(),
+    };
     (status, Json(body))
 }

@@ -6,6 +6,8 @@
 mod events;
 mod health;
 mod limit;
+mod metrics;
+pub mod openapi;
 mod orders;
 mod products;
 pub mod server;
@@ -39,6 +41,8 @@ pub fn router(state: AppState) -> Router {
         .merge(products::router())
         .merge(health::router())
         .merge(events::router(&state.config))
+        .merge(metrics::router())
+        .merge(openapi::router())
         .fallback_service(
             tower::ServiceBuilder::new()
                 .map_request(no_nul)
@@ -55,10 +59,43 @@ pub fn router(state: AppState) -> Router {
                 std::time::Duration::from_millis(request_timeout),
             )
         }))
+        .layer(middleware::from_fn(metrics::record))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(tower::util::MapRequestLayer::new(drop_odd_request_id))
         .with_state(state)
+}
+
+/// The request's span: every log line the request causes, in its order task and the lock
+/// cycle that serves it, carries its `request_id`.
+fn request_span(request: &Request) -> tracing::Span {
+    let id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!(
+        "request",
+        request_id = id,
+        method = %request.method(),
+        path = request.uri().path(),
+    )
+}
+
+const REQUEST_ID: &str = "x-request-id";
+
+/// A client's `x-request-id` is kept if it is 1–128 visible ASCII characters (what log
+/// pipelines and proxies pass along); anything else is replaced by a fresh one rather than
+/// written into every log line.
+fn drop_odd_request_id(mut request: Request) -> Request {
+    let odd = request.headers().get(REQUEST_ID).is_some_and(|v| {
+        v.is_empty() || v.len() > 128 || !v.as_bytes().iter().all(u8::is_ascii_graphic)
+    });
+    if odd {
+        request.headers_mut().remove(REQUEST_ID);
+    }
+    request
 }
 
 async fn not_found() -> AppError {

@@ -6,10 +6,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::{parse_id, Json, Path};
 use crate::config::Config;
-use crate::error::{json_response, AppError};
+use crate::error::{json_response, AppError, ErrorBody};
 use crate::idempotency::{self, Reply};
 use crate::orders::{self, NewOrder, Order};
 use crate::state::AppState;
@@ -32,9 +33,26 @@ pub fn router(config: &Config) -> Router<AppState> {
         .route("/orders/{id}/pay", post(pay))
 }
 
+/// Buys: reserves the units under the product's guard and, unless `"pay": false`, pays.
+///
 /// The order runs in its own task so that a client hanging up, or the request timeout,
 /// cannot cut it off between two writes; the task is only told (through `client_gone`) so it
 /// can leave the lock queue, and it records the idempotent response itself.
+#[utoipa::path(post, path = "/orders", operation_id = "placeOrder", tag = "orders",
+    request_body = NewOrder,
+    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,128}$",
+        description = "Makes the request safe to retry: the same key and body answer the first answer again, byte for byte, with `Idempotent-Replayed: true`")),
+    responses(
+        (status = 201, description = "The order: `paid`, or `reserved` with `expires_at`", body = Order,
+            headers(("idempotent-replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 402, description = "`payment_failed`: declined, the stock went back", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
+        (status = 422, description = "`idempotency_mismatch`", body = ErrorBody<'static>),
+        (status = 429, description = "`too_busy` (this instance's queue for the product is full), `rate_limited`", body = ErrorBody<'static>),
+        (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
+    ))]
 async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -47,10 +65,10 @@ async fn create(
     // Before the key is stored: a request that can never be valid is not worth remembering.
     new.validate().map_err(AppError::InvalidRequest)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
-    let task = state
-        .tasks
-        .clone()
-        .spawn(async move { idempotency::place(&state, key, new, client_gone).await });
+    let task = state.tasks.clone().spawn(
+        async move { idempotency::place(&state, key, new, client_gone).await }
+            .instrument(tracing::Span::current()),
+    );
     let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;
     Ok(reply.into_response())
 }
@@ -68,6 +86,15 @@ impl IntoResponse for Reply {
 }
 
 /// Pays a reservation made with `"pay": false`. Paying a paid order again answers it as is.
+#[utoipa::path(post, path = "/orders/{id}/pay", operation_id = "payOrder", tag = "orders",
+    params(("id" = uuid::Uuid, Path, description = "The order's id")),
+    responses(
+        (status = 200, description = "The order, `paid`", body = Order),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 402, description = "`payment_failed`", body = ErrorBody<'static>),
+        (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
+        (status = 409, description = "`reservation_expired`, `payment_in_progress`, `order_not_payable`", body = ErrorBody<'static>),
+    ))]
 async fn pay(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -76,11 +103,19 @@ async fn pay(
     let task = state
         .tasks
         .clone()
-        .spawn(async move { orders::pay(&state, id).await });
+        .spawn(async move { orders::pay(&state, id).await }.instrument(tracing::Span::current()));
     let order = task.await.map_err(|e| AppError::Internal(e.into()))??;
     Ok(Json(order))
 }
 
+/// One order.
+#[utoipa::path(get, path = "/orders/{id}", operation_id = "getOrder", tag = "orders",
+    params(("id" = uuid::Uuid, Path, description = "The order's id")),
+    responses(
+        (status = 200, description = "The order", body = Order),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
+    ))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -7,7 +7,7 @@ use axum::Router;
 use serde::Deserialize;
 
 use super::{parse_id, require_admin, Json, Path};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorBody};
 use crate::inventory::{self, Audit, NewProduct, Product};
 use crate::lock::QueueView;
 use crate::orders::demo::Demo;
@@ -28,6 +28,9 @@ fn with_flag(state: &AppState, mut product: Product) -> Product {
     product
 }
 
+/// Every product, with its live stock.
+#[utoipa::path(get, path = "/api/products", operation_id = "listProducts", tag = "products",
+    responses((status = 200, description = "Every product", body = Vec<Product>)))]
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, AppError> {
     let products = inventory::list(&state.db).await?;
     Ok(Json(
@@ -35,6 +38,15 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, AppEr
     ))
 }
 
+/// Puts a product on sale (admin).
+#[utoipa::path(post, path = "/api/products", operation_id = "createProduct", tag = "products", security(("admin" = [])),
+    request_body = NewProduct,
+    responses(
+        (status = 201, description = "The product", body = Product),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
+    ))]
 async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -61,6 +73,13 @@ async fn find(state: &AppState, raw_id: &str) -> Result<Product, AppError> {
     Ok(with_flag(state, product))
 }
 
+/// One product.
+#[utoipa::path(get, path = "/api/products/{id}", operation_id = "getProduct", tag = "products", params(("id" = i64, Path, description = "The product's id")),
+    responses(
+        (status = 200, description = "The product", body = Product),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+    ))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -68,6 +87,14 @@ async fn show(
     Ok(Json(find(&state, &id).await?))
 }
 
+/// Whether the product's books balance: `oversold = max(0, sold − stocked_total)`,
+/// `consistent = (stock + sold == stocked_total)`.
+#[utoipa::path(get, path = "/api/products/{id}/audit", operation_id = "auditProduct", tag = "products", params(("id" = i64, Path, description = "The product's id")),
+    responses(
+        (status = 200, description = "The audit", body = Audit),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+    ))]
 async fn audit(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -75,13 +102,26 @@ async fn audit(
     Ok(Json(Audit::from(&find(&state, &id).await?)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Restock {
+pub(super) struct Restock {
+    /// Units to put back on sale: at least 1; the stock stays within `i32`.
+    #[schema(minimum = 1)]
     quantity: i64,
 }
 
 /// Puts more units on sale (see [`inventory::restock`]).
+#[utoipa::path(post, path = "/api/products/{id}/restock", operation_id = "restockProduct", tag = "products", security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
+    request_body = Restock,
+    responses(
+        (status = 200, description = "The product: stock and `stocked_total` raised, the sold-out flag cleared everywhere", body = Product),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 429, description = "`too_busy`", body = ErrorBody<'static>),
+        (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`", body = ErrorBody<'static>),
+    ))]
 async fn restock(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -96,6 +136,12 @@ async fn restock(
 
 /// The product's ZooKeeper lock right now: holder, waiters in order (each with the node it
 /// watches and its owner), and what acquisitions cost this instance.
+#[utoipa::path(get, path = "/api/products/{id}/lock", operation_id = "getProductLock", tag = "teaching", params(("id" = i64, Path, description = "The product's id")),
+    responses(
+        (status = 200, description = "Holder and waiters in queue order, each with the node it watches", body = QueueView),
+        (status = 400, description = "`invalid_request` (a malformed id, or a guard that takes no lock)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+    ))]
 async fn lock(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -116,13 +162,22 @@ async fn lock(
     Ok(Json(view))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ArmDemo {
+pub(super) struct ArmDemo {
     mode: Demo,
 }
 
 /// Arms a one-shot demo for the product's next lock holder, on whichever instance it runs.
+#[utoipa::path(post, path = "/api/products/{id}/demo", operation_id = "armDemo", tag = "teaching", security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
+    request_body = ArmDemo,
+    responses(
+        (status = 202, description = "Armed: the next holder of the product's lock acts it out", body = Object),
+        (status = 400, description = "`invalid_request` (also: not a `zk` or `zk-herd` product)", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`, `demo_disabled` (no `--allow-unsafe-guards`)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+    ))]
 async fn demo(
     State(state): State<AppState>,
     headers: HeaderMap,

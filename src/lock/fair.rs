@@ -6,6 +6,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode, Place};
+use crate::telemetry::metrics;
 
 /// Waits until our node is first in `dir`: the node, its czxid (the fencing token), and how
 /// many watch notifications woke us (one per predecessor that went).
@@ -26,6 +27,7 @@ pub(super) async fn acquire(
     };
     let ephemeral_sequential = zk::CreateMode::EphemeralSequential.with_acls(acls);
     let (name, token) = loop {
+        metrics::zk("create");
         match client
             .create(&prefix, instance.as_bytes(), &ephemeral_sequential)
             .await
@@ -49,6 +51,7 @@ pub(super) async fn acquire(
     // never go. Someone (or something) put them there; they do not hold the queue up.
     let mut strays: Vec<String> = Vec::new();
     loop {
+        metrics::zk("get_children");
         let mut queue = match client.list_children(dir).await {
             Ok(children) => node::queue_order(children),
             Err(zk::Error::ConnectionLoss) => continue,
@@ -61,6 +64,7 @@ pub(super) async fn acquire(
             // Our node is gone: the session that owned it expired.
             Place::Gone => return Err(zk::Error::RuntimeInconsistent),
         };
+        metrics::zk("get_data");
         match client.get_and_watch_data(&predecessor).await {
             Ok((_, stat, _)) if stat.ephemeral_owner == 0 => {
                 tracing::warn!(node = %predecessor, "ignoring a persistent node in a lock queue: no session owns it, so it would block the queue forever");
@@ -83,6 +87,7 @@ async fn find_created(
     marker: &str,
 ) -> Result<Option<(String, i64)>, zk::Error> {
     loop {
+        metrics::zk("get_children");
         let children = match client.list_children(dir).await {
             Ok(children) => children,
             Err(zk::Error::ConnectionLoss) => {
@@ -94,6 +99,7 @@ async fn find_created(
         let Some(found) = children.into_iter().find(|c| c.starts_with(marker)) else {
             return Ok(None);
         };
+        metrics::zk("get_data");
         match client.get_data(&format!("{dir}/{found}")).await {
             Ok((_, stat)) => return Ok(Some((found, stat.czxid))),
             Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,

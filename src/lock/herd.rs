@@ -7,6 +7,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
+use crate::telemetry::metrics;
 
 /// Waits until we created the one node: the node, its czxid, and the wake-ups it cost.
 pub(super) async fn acquire(
@@ -27,18 +28,21 @@ pub(super) async fn acquire(
             marker: Some(marker.clone()),
             path: None,
         };
+        metrics::zk("create");
         match client.create(&path, marker.as_bytes(), &ephemeral).await {
             // The release goes by marker (see `node::delete_by_marker`): the path is everyone's.
             Ok((stat, _)) => return Ok((own, stat.czxid, wakeups)),
             Err(zk::Error::NoNode) => node::make_dir(client, dir, acls).await?,
-            Err(zk::Error::NodeExists) => match client.check_and_watch_stat(&path).await {
-                Ok((Some(_), watcher)) => {
-                    watcher.changed().await;
-                    wakeups += 1;
+            Err(zk::Error::NodeExists) => {
+                match metrics::zk_then("exists", client.check_and_watch_stat(&path)).await {
+                    Ok((Some(_), watcher)) => {
+                        watcher.changed().await;
+                        wakeups += 1;
+                    }
+                    Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
+                    Err(e) => return Err(e),
                 }
-                Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
-                Err(e) => return Err(e),
-            },
+            }
             Err(zk::Error::ConnectionLoss) => {
                 if let Some(token) = find_held(client, &path, &marker).await? {
                     return Ok((own, token, wakeups));
@@ -58,6 +62,7 @@ async fn find_held(
     marker: &str,
 ) -> Result<Option<i64>, zk::Error> {
     loop {
+        metrics::zk("get_data");
         match client.get_data(path).await {
             Ok((data, stat)) => return Ok((data == marker.as_bytes()).then_some(stat.czxid)),
             Err(zk::Error::NoNode) => return Ok(None),

@@ -41,6 +41,8 @@ pub use node::make_dir;
 pub use session::Zk;
 pub use view::{QueueView, Ticket, QUEUE_VIEW_MAX};
 
+use crate::telemetry::metrics;
+
 /// What the stock path needs from a granted lock. Dropping it deletes the node (in the
 /// background), so every exit path releases, including panics and cancelled futures.
 pub struct StockLock {
@@ -55,6 +57,15 @@ pub struct StockLock {
     pub wakeups: u64,
     /// Our place among this instance's waiters for the product, given back with the lock.
     _slot: OwnedSemaphorePermit,
+    /// For the hold-time histogram, recorded at the release.
+    recipe: Recipe,
+    granted: Instant,
+}
+
+impl Drop for StockLock {
+    fn drop(&mut self) {
+        metrics::lock_released(self.recipe.as_str(), self.granted.elapsed());
+    }
 }
 
 /// A lock's fencing token: which ensemble granted it, and the lock node's `czxid` there.
@@ -92,7 +103,7 @@ pub enum Session {
 }
 
 /// What acquisitions of one product's lock have cost on this instance, and what they served.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct LockStats {
     pub acquisitions: u64,
     pub wakeups: u64,
@@ -110,6 +121,18 @@ pub enum LockError {
     TooBusy,
     #[error("ZooKeeper unavailable")]
     Unavailable(#[source] anyhow::Error),
+}
+
+impl LockError {
+    /// A short name for the metrics.
+    fn reason(&self) -> &'static str {
+        match self {
+            LockError::Timeout(_) => "timeout",
+            LockError::Lost => "lost",
+            LockError::TooBusy => "too_busy",
+            LockError::Unavailable(_) => "unavailable",
+        }
+    }
 }
 
 impl Zk {
@@ -168,7 +191,10 @@ impl Zk {
                 .or_insert_with(|| Arc::new(Semaphore::new(self.inner.max_waiters)))
                 .clone()
         };
-        let slot = slots.try_acquire_owned().map_err(|_| LockError::TooBusy)?;
+        let slot = slots.try_acquire_owned().map_err(|_| {
+            metrics::lock_failed(recipe.as_str(), "too_busy");
+            LockError::TooBusy
+        })?;
         let (client, ensemble) = match session {
             Session::Shared => self.live(),
             Session::Own => {
@@ -189,21 +215,30 @@ impl Zk {
                 Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls()).await,
             }
         };
-        let (node, zxid, wakeups) = match tokio::time::timeout(timeout, acquire).await {
-            Ok(Ok(acquired)) => acquired,
+        let acquired = match tokio::time::timeout(timeout, acquire).await {
+            Ok(Ok(acquired)) => Ok(acquired),
             Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => {
-                return Err(LockError::Lost)
+                Err(LockError::Lost)
             }
-            Ok(Err(e)) => return Err(LockError::Unavailable(e.into())),
+            Ok(Err(e)) => Err(LockError::Unavailable(e.into())),
             // Waiting on a dead connection is an outage, not a long queue.
-            Err(_) if !session::is_connected(client.state()) => {
-                return Err(LockError::Unavailable(anyhow::anyhow!(
-                    "ZooKeeper session is {:?}",
-                    client.state()
-                )))
-            }
-            Err(_) => return Err(LockError::Timeout(timeout)),
+            Err(_) if !session::is_connected(client.state()) => Err(LockError::Unavailable(
+                anyhow::anyhow!("ZooKeeper session is {:?}", client.state()),
+            )),
+            Err(_) => Err(LockError::Timeout(timeout)),
         };
+        let (node, zxid, wakeups) = acquired.inspect_err(|e| {
+            metrics::lock_failed(recipe.as_str(), e.reason());
+        })?;
+        let waited = started.elapsed();
+        metrics::lock_granted(recipe.as_str(), waited);
+        tracing::debug!(
+            node = node.path.as_deref().unwrap_or_default(),
+            fence = zxid,
+            waited_ms = waited.as_millis() as u64,
+            wakeups,
+            "lock granted"
+        );
         {
             let mut stats = self.inner.stats.lock().expect("stats poisoned");
             let entry = stats.entry(product_id).or_default();
@@ -213,9 +248,11 @@ impl Zk {
         Ok(StockLock {
             _node: node,
             token: Token { ensemble, zxid },
-            waited: started.elapsed(),
+            waited,
             wakeups,
             _slot: slot,
+            recipe,
+            granted: Instant::now(),
         })
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::telemetry::metrics;
 use zookeeper_client as zk;
 
 /// The queue number of a fair-lock node, `…lock-<digits>` (Curator's naming). `None` for a
@@ -70,7 +71,7 @@ impl Drop for OwnNode {
             let mut backoff = Duration::from_millis(50);
             loop {
                 let result = match &path {
-                    Some(path) => client.delete(path, None).await,
+                    Some(path) => metrics::zk_then("delete", client.delete(path, None)).await,
                     None => delete_by_marker(&client, &dir, &marker).await,
                 };
                 match result {
@@ -93,14 +94,18 @@ impl Drop for OwnNode {
 /// may already be someone else's (a retried delete must not remove the next holder's), so
 /// the data is checked and the delete is conditional on the version read with it.
 async fn delete_by_marker(client: &zk::Client, dir: &str, marker: &str) -> Result<(), zk::Error> {
+    metrics::zk("get_children");
     for child in client.list_children(dir).await? {
         let path = format!("{dir}/{child}");
         if child.contains(marker) {
+            metrics::zk("delete");
             return client.delete(&path, None).await;
         }
+        metrics::zk("get_data");
         match client.get_data(&path).await {
             Ok((data, stat)) if data == marker.as_bytes() => {
-                return client.delete(&path, Some(stat.version)).await
+                metrics::zk("delete");
+                return client.delete(&path, Some(stat.version)).await;
             }
             Ok(_) | Err(zk::Error::NoNode) => {}
             Err(e) => return Err(e),
@@ -115,6 +120,7 @@ pub async fn make_dir(
     dir: &str,
     acls: zk::Acls<'static>,
 ) -> Result<(), zk::Error> {
+    metrics::zk("create");
     match client
         .mkdir(dir, &zk::CreateMode::Persistent.with_acls(acls))
         .await

@@ -19,6 +19,7 @@ use zookeeper_client as zk;
 
 use super::node::make_dir;
 use super::LockStats;
+use crate::telemetry::metrics;
 
 /// A cheap handle to this instance's ZooKeeper session.
 #[derive(Clone)]
@@ -181,6 +182,7 @@ impl Zk {
     /// True when the session is connected and answers a read.
     pub async fn ping(&self) -> bool {
         let client = self.client();
+        metrics::zk("exists");
         matches!(
             tokio::time::timeout(Duration::from_secs(2), client.check_stat(&self.inner.root)).await,
             Ok(Ok(Some(_)))
@@ -236,6 +238,7 @@ pub(super) async fn identify(
     let persistent = zk::CreateMode::Persistent.with_acls(acls);
     loop {
         let fresh = Uuid::new_v4();
+        metrics::zk("create");
         match client.create(&path, fresh.as_bytes(), &persistent).await {
             Ok(_) => {
                 if acls == zk::Acls::creator_all() {
@@ -260,6 +263,7 @@ pub(super) async fn identify(
             }
             Err(e) => return Err(e),
         }
+        metrics::zk("get_data");
         match client.get_data(&path).await {
             Ok((data, _)) => {
                 return Uuid::from_slice(&data).map_err(|_| {
@@ -281,6 +285,7 @@ pub(super) async fn identify(
 /// raise flags or rewrite the ensemble's identity. Refuse it (at start, the service does not
 /// start; later, the session is not used) rather than trust it.
 async fn ensure_closed(client: &zk::Client, node: &str) -> Result<(), zk::Error> {
+    metrics::zk("get_acl");
     let (acl, _) = client.get_acl(node).await?;
     if acl.iter().any(|entry| entry.scheme() == "world") {
         return Err(zk::Error::UnexpectedError(format!(
@@ -310,8 +315,10 @@ async fn supervise(inner: std::sync::Weak<Inner>) {
         // itself when no server answers within its timeout, so this also ends when a wiped
         // server keeps refusing a client that has seen newer zxids than its own.)
         let mut state = watcher.state();
+        metrics::zk_session(&format!("{state:?}"));
         while !state.is_terminated() {
             state = watcher.changed().await;
+            metrics::zk_session(&format!("{state:?}"));
         }
         if inner.strong_count() == 0 {
             return; // closed on purpose: shutting down

@@ -4,9 +4,11 @@
 use zookeeper_client as zk;
 
 use super::{node, LockStats, Recipe, Zk};
+use crate::telemetry::metrics;
 
 /// One node in a lock's directory: a numbered ticket.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = LockTicket)]
 pub struct Ticket {
     pub node: String,
     /// The queue number (fair recipe).
@@ -20,9 +22,11 @@ pub struct Ticket {
 }
 
 /// A product's lock at one moment: who holds it and who waits, in order.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct QueueView {
     pub product_id: i64,
+    /// `fair` (guard `zk`) or `herd` (guard `zk-herd`).
+    #[schema(value_type = String)]
     pub recipe: &'static str,
     pub path: String,
     pub holder: Option<Ticket>,
@@ -45,6 +49,7 @@ impl Zk {
     pub async fn queue(&self, product_id: i64, recipe: Recipe) -> Result<QueueView, zk::Error> {
         let client = self.client();
         let dir = self.lock_dir(recipe, product_id);
+        metrics::zk("get_children");
         let mut names: Vec<(Option<u64>, String)> = match client.list_children(&dir).await {
             Ok(children) => children
                 .into_iter()
@@ -58,6 +63,7 @@ impl Zk {
         names.truncate(QUEUE_VIEW_MAX);
         let mut tickets = Vec::new();
         if !names.is_empty() {
+            metrics::zk("multi_read");
             let mut reader = client.new_multi_reader();
             for (_, name) in &names {
                 reader.add_get_data(&format!("{dir}/{name}"))?;

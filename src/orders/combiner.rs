@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::batch::Ticket;
@@ -77,7 +78,7 @@ impl Combiner {
             if st.waiting.len() + st.serving >= state.config.max_waiters_per_product {
                 return Err(AppError::TooBusy);
             }
-            st.waiting.push_back(Waiting { ticket, reply });
+            st.waiting.push_back(Waiting::new(ticket, reply));
             st.publish(&queue.waiting);
             !std::mem::replace(&mut st.worker, true)
         };
@@ -133,10 +134,13 @@ async fn work(state: AppState, terms: Arc<Terms>, queue: Arc<Queue>) {
             Session::Shared
         };
         let mut waiting = queue.waiting.subscribe();
+        // A cycle serves many requests: its span stands alone, and each order it serves
+        // names it (see `orders::cycle`).
+        let span = super::CycleSpan::new(&terms, true);
         // Each order keeps its own deadline (see `orders::queue`); the worker keeps its place
         // in the lock queue while anyone is left to serve.
         let entered = tokio::select! {
-            entered = inventory::enter(&state, terms.id, terms.guard, session) => entered,
+            entered = inventory::enter(&state, terms.id, terms.guard, session).instrument(span.span.clone()) => entered,
             _ = waiting.wait_for(|n| *n == 0) => continue,
         };
         let entered = match entered {
@@ -157,7 +161,9 @@ async fn work(state: AppState, terms: Arc<Terms>, queue: Arc<Queue>) {
             batch
         };
         if !batch.is_empty() {
-            cycle(&state, &terms, entered, demo, batch).await;
+            cycle(&state, &terms, entered, demo, batch, span.number)
+                .instrument(span.span)
+                .await;
         }
         queue.state.lock().expect("queue poisoned").serving = 0;
     }

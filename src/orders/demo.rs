@@ -23,7 +23,7 @@ use crate::lock::StockLock;
 use crate::state::AppState;
 
 /// The teaching page's demos of a lock holder's misfortunes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Demo {
     /// The next holder stalls between reading and writing the stock until its session has

@@ -35,6 +35,7 @@ mod pay;
 mod store;
 pub mod sweep;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,24 +43,34 @@ use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::error::AppError;
 use crate::inventory::{self, Protection, Terms};
 use crate::lock::{Session, StockLock};
 use crate::state::AppState;
+use crate::telemetry::metrics;
 use batch::Ticket;
 use demo::Demo;
 pub use pay::pay;
 pub use store::get;
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewOrder {
     pub product_id: i64,
+    /// Who buys: 1 to 64 characters, not only white space, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub user_id: String,
+    /// Units, at least 1 and at most the product's `max_per_order`.
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub quantity: i64,
     /// `false` stops after the reservation; pay later with `POST /orders/{id}/pay`.
     #[serde(default = "yes")]
@@ -103,7 +114,7 @@ impl NewOrder {
 }
 
 /// Where an order stands (see the diagram at the top). Stored as its snake_case name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Created,
@@ -153,7 +164,7 @@ impl TryFrom<String> for OrderStatus {
     }
 }
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Order {
     pub id: Uuid,
     pub product_id: i64,
@@ -184,6 +195,49 @@ pub type Answer = Result<Order, AppError>;
 pub struct Waiting {
     pub ticket: Ticket,
     pub reply: oneshot::Sender<Answer>,
+    /// The order's span (inside its request's): the lock cycle that serves it logs there
+    /// too, so the order's `request_id` leads to the cycle's ZooKeeper and Postgres lines.
+    pub span: tracing::Span,
+}
+
+impl Waiting {
+    pub fn new(ticket: Ticket, reply: oneshot::Sender<Answer>) -> Waiting {
+        Waiting {
+            ticket,
+            reply,
+            span: tracing::Span::current(),
+        }
+    }
+}
+
+/// Numbers lock cycles (per process) so log lines of one cycle can be found together.
+static CYCLES: AtomicU64 = AtomicU64::new(0);
+
+/// One lock cycle, for the logs: its number, and its span (acquiring the guard, the stock's
+/// transaction, the release; `fence` is recorded once the lock is held).
+pub(crate) struct CycleSpan {
+    pub number: u64,
+    pub span: tracing::Span,
+}
+
+impl CycleSpan {
+    /// Inside the current span (a lone order's), or with `root`, a span of its own (a
+    /// combined cycle serves many requests).
+    pub(crate) fn new(terms: &Terms, root: bool) -> CycleSpan {
+        let number = CYCLES.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = if root {
+            tracing::info_span!(parent: None, "lock_cycle", cycle = number, product = terms.id, guard = terms.guard.as_str(), fence = tracing::field::Empty)
+        } else {
+            tracing::info_span!(
+                "lock_cycle",
+                cycle = number,
+                product = terms.id,
+                guard = terms.guard.as_str(),
+                fence = tracing::field::Empty
+            )
+        };
+        CycleSpan { number, span }
+    }
 }
 
 /// An order that passed every check made before anything is written.
@@ -292,11 +346,15 @@ pub async fn place_admitted(
         key: key.map(str::to_string),
         placed: Instant::now(),
     };
-    if terms.batched() {
-        queue(state, terms, ticket, client_gone).await
-    } else {
-        alone(state, terms, ticket, client_gone).await
-    }
+    let span = tracing::info_span!("order", order_id = %ticket.id, product = terms.id);
+    let flow = async {
+        if terms.batched() {
+            queue(state, terms, ticket, client_gone).await
+        } else {
+            alone(state, terms, ticket, client_gone).await
+        }
+    };
+    flow.instrument(span).await
 }
 
 /// Why an order stopped waiting before a lock cycle took it.
@@ -360,8 +418,9 @@ async fn alone(
         Session::Shared
     };
     let sold_out_flag = terms.id.to_string();
+    let span = CycleSpan::new(&terms, false);
     let entered = tokio::select! {
-        entered = inventory::enter(state, terms.id, terms.guard, session) => entered,
+        entered = inventory::enter(state, terms.id, terms.guard, session).instrument(span.span.clone()) => entered,
         _ = &mut client_gone => {
             store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
             let error = AppError::Unavailable(anyhow!("client disconnected while queued"));
@@ -394,8 +453,10 @@ async fn alone(
         &terms,
         entered,
         demo,
-        vec![Waiting { ticket, reply }],
+        vec![Waiting::new(ticket, reply)],
+        span.number,
     )
+    .instrument(span.span)
     .await;
     answer.await.unwrap_or_else(|_| Err(lost_answer()))
 }
@@ -409,12 +470,31 @@ pub(crate) async fn cycle(
     entered: (Option<StockLock>, Protection),
     demo: Option<Demo>,
     batch: Vec<Waiting>,
+    number: u64,
 ) {
     let (mut lock, protection) = entered;
     let acquired = Instant::now();
+    let cycle = tracing::Span::current();
+    let fence = lock.as_ref().map(|l| l.token.zxid);
+    if let Some(fence) = fence {
+        cycle.record("fence", fence);
+    }
+    for waiting in &batch {
+        cycle.follows_from(&waiting.span);
+        // In the order's span, so the line carries its request's id and names the cycle.
+        waiting.span.in_scope(|| {
+            tracing::debug!(
+                cycle = number,
+                fence,
+                batch = batch.len(),
+                "served by a lock cycle"
+            )
+        });
+    }
     let (tickets, replies): (Vec<Ticket>, Vec<_>) =
         batch.into_iter().map(|w| (w.ticket, w.reply)).unzip();
     let all: Vec<&Ticket> = tickets.iter().collect();
+    metrics::lock_cycle(terms.guard.as_str(), tickets.len());
     if lock.is_some() {
         state.zk.count_served(terms.id, tickets.len());
     }
@@ -442,8 +522,21 @@ pub(crate) async fn cycle(
         state.zk.reidentify().await;
     }
     let served = match served {
-        Ok(served) => served,
+        Ok(served) => {
+            tracing::debug!(
+                orders = tickets.len(),
+                stock = served.stock,
+                took_ms = acquired.elapsed().as_millis() as u64,
+                "stock written and committed"
+            );
+            served
+        }
         Err(e) => {
+            tracing::debug!(
+                orders = tickets.len(),
+                error = e.code(),
+                "lock cycle sold nothing"
+            );
             store::ended(&state.db, terms, &all, OrderStatus::Failed, Some(e.code())).await;
             for (ticket, reply) in tickets.iter().zip(replies) {
                 let _ = reply.send(Err(e.again_for(ticket.id)));

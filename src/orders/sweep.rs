@@ -17,6 +17,7 @@ use super::pay::release;
 use super::{Order, OrderStatus};
 use crate::idempotency;
 use crate::state::AppState;
+use crate::telemetry::metrics;
 
 /// A payment that has not finished in this long was abandoned (its instance died, or the
 /// database failed it half way); no charge takes anywhere near it.
@@ -38,7 +39,10 @@ pub async fn run(state: AppState) {
         tokio::time::sleep(interval).await;
         match expire_due(&state).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(expired = n, "returned the stock of unpaid reservations"),
+            Ok(n) => {
+                metrics::sweep("expired", n as u64);
+                tracing::info!(expired = n, "returned the stock of unpaid reservations")
+            }
             Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
         }
         if let Err(e) = settle_stale_payments(&state).await {
@@ -46,7 +50,10 @@ pub async fn run(state: AppState) {
         }
         match close_abandoned(&state).await {
             Ok(0) => {}
-            Ok(n) => tracing::warn!(orders = n, "closed orders left `created` (nothing sold)"),
+            Ok(n) => {
+                metrics::sweep("closed_abandoned", n);
+                tracing::warn!(orders = n, "closed orders left `created` (nothing sold)")
+            }
             Err(e) => tracing::warn!(error = %e, "closing abandoned orders failed"),
         }
         if let Err(e) = lower_contradicted_flags(&state).await {
@@ -94,6 +101,7 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
             Ok(true) => expired += 1,
             Ok(false) => {}
             Err(e) => {
+                metrics::sweep("skipped", 1);
                 tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed; retrying later")
             }
         }
@@ -108,6 +116,7 @@ async fn settle_stale_payments(state: &AppState) -> anyhow::Result<()> {
     let stale = take(state, "paying", "updated_at", STALE_PAYMENT).await?;
     for order in stale {
         if let Err(e) = settle(state, &order).await {
+            metrics::sweep("skipped", 1);
             tracing::warn!(order = %order.id, error = %e, "settling an abandoned payment failed; retrying later");
         }
     }
@@ -126,6 +135,7 @@ async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
             .bind(order.id)
             .execute(&state.db)
             .await?;
+        metrics::sweep("settled_paid", 1);
         tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
     } else if release(
         state,
@@ -135,6 +145,7 @@ async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
     )
     .await?
     {
+        metrics::sweep("settled_failed", 1);
         tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
     }
     Ok(())
@@ -182,6 +193,7 @@ async fn lower_contradicted_flags(state: &AppState) -> sqlx::Result<()> {
         );
         state.sold_out.lower(&product.to_string()).await;
         state.events.touch(product);
+        metrics::sweep("lowered_flag", 1);
     }
     Ok(())
 }

@@ -127,13 +127,25 @@ impl TestEnv {
     /// The app as a separate `seckill` process, as in production: its own ZooKeeper session,
     /// killable with SIGKILL.
     pub async fn spawn_process(&self, instance: &str, extra: &[&str]) -> ServerProcess {
+        self.spawn_process_logging(instance, extra, "warn", Stdio::inherit())
+            .await
+    }
+
+    /// [`Self::spawn_process`], logging at `rust_log` to `log` (its stderr).
+    pub async fn spawn_process_logging(
+        &self,
+        instance: &str,
+        extra: &[&str],
+        rust_log: &str,
+        log: Stdio,
+    ) -> ServerProcess {
         let mut args = self.args(extra);
         args.extend(["--instance", instance, "--admin-token", ADMIN_TOKEN].map(String::from));
         let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args(&args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .expect("start seckill");

@@ -1,0 +1,63 @@
+//! `GET /metrics` in Prometheus' text format, and the middleware that times every request
+//! for it. Metrics are named in `telemetry::metrics`.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::state::AppState;
+use crate::telemetry::metrics;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(render))
+}
+
+/// Every metric of this instance. The pool's gauges are read now; the rest were counted as
+/// things happened.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain", body = String)))]
+pub(super) async fn render(State(state): State<AppState>) -> Response {
+    metrics::db_pool(
+        state.db.size(),
+        state.db.num_idle(),
+        state.config.db_max_connections,
+    );
+    let body = metrics::handle().render();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Times the request, labelled by its route's template (never the raw path, which a client
+/// could make unbounded) and answer status.
+pub async fn record(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = match *request.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        _ => "other",
+    };
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "static".to_string(), |path| path.as_str().to_string());
+    let response = next.run(request).await;
+    metrics::http_request(
+        method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}

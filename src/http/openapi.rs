@@ -1,0 +1,175 @@
+//! `GET /openapi.json`: the API's contract, OpenAPI 3.1, generated from the handlers' own
+//! annotations and the request and response types they use (utoipa), so it cannot drift from
+//! the code. What every operation shares is added here once, by [`Shared`]: the error shape,
+//! `Retry-After` on 429 and 503, `x-request-id` on every answer, 413/415 where a body is
+//! read, 503 `unavailable` and 500 `internal` everywhere, and the admin bearer scheme.
+
+use axum::routing::get;
+use axum::Router;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Schema, Type,
+};
+use utoipa::{Modify, OpenApi};
+
+use super::{events, health, metrics, orders, products};
+use crate::error::CODES;
+use crate::state::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "seckill",
+        description = "A flash sale that never oversells: a fair, fenced ZooKeeper lock over PostgreSQL. Every error is `{\"error\": \"<code>\", \"message\": \"...\"}` (plus `order_id` when an order row exists); every 429 and 503 carries `Retry-After`."
+    ),
+    paths(
+        orders::create,
+        orders::pay,
+        orders::show,
+        products::list,
+        products::create,
+        products::show,
+        products::audit,
+        products::restock,
+        products::lock,
+        products::demo,
+        events::events,
+        health::healthz,
+        health::readyz,
+        metrics::render,
+        document,
+    ),
+    modifiers(&Shared),
+    tags(
+        (name = "orders", description = "Buying, paying a reservation, looking an order up"),
+        (name = "products", description = "Sales, their stock and audit; admin set-up"),
+        (name = "teaching", description = "The lock queue, live events and demos the page shows"),
+        (name = "operations", description = "Health, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/openapi.json", get(document))
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 description of this API", content_type = "application/json", body = Object)))]
+pub(super) async fn document() -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(ApiDoc::openapi())
+}
+
+/// What every operation shares (see the module docs).
+struct Shared;
+
+impl Modify for Shared {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The server's --admin-token"))
+                    .build(),
+            ),
+        );
+        // The `error` field lists every code, so a client generator gets an enum.
+        if let Some(RefOr::T(Schema::Object(error))) = components.schemas.get_mut("Error") {
+            if let Some(RefOr::T(Schema::Object(code))) = error.properties.get_mut("error") {
+                code.enum_values = Some(CODES.iter().map(|c| (*c).into()).collect());
+            }
+        }
+        for item in api.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                share(operation);
+            }
+        }
+    }
+}
+
+fn share(operation: &mut Operation) {
+    let parameters = operation.parameters.get_or_insert_with(Vec::new);
+    parameters.push(
+        ParameterBuilder::new()
+            .name("x-request-id")
+            .parameter_in(ParameterIn::Header)
+            .description(Some(
+                "Echoed on the answer and put on every log line of the request; one is made if absent or not 1–128 visible ASCII characters",
+            ))
+            .schema(Some(string_schema()))
+            .build(),
+    );
+    let reads_body = operation.request_body.is_some();
+    let responses = &mut operation.responses.responses;
+    let mut add = |status: &str, description: &str| {
+        responses
+            .entry(status.to_string())
+            .or_insert_with(|| RefOr::T(error_response(description)));
+    };
+    if reads_body {
+        add("413", "`payload_too_large`: body over 16 KiB");
+        add(
+            "415",
+            "`unsupported_media_type`: body without `Content-Type: application/json`",
+        );
+    }
+    add(
+        "503",
+        "`unavailable`: PostgreSQL or ZooKeeper unreachable, or the request timed out",
+    );
+    add("500", "`internal`: a bug, logged in full");
+    for (status, response) in responses.iter_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        response.headers.insert(
+            "x-request-id".into(),
+            HeaderBuilder::new()
+                .schema(string_schema())
+                .description(Some("The request's id"))
+                .build(),
+        );
+        if status == "429" || status == "503" {
+            response.headers.insert(
+                "retry-after".into(),
+                HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some("^[0-9]+$")),
+                    )
+                    .description(Some("Seconds to wait before retrying"))
+                    .build(),
+            );
+        }
+    }
+}
+
+fn string_schema() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String)
+}
+
+fn error_response(description: &str) -> Response {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Error")))
+                .build(),
+        )
+        .build()
+}

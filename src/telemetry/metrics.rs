@@ -1,0 +1,178 @@
+//! Every metric the service exports, in one place: the names (so a dashboard and this file
+//! agree), their descriptions and histogram buckets, and one small function per event so the
+//! domain records a fact in one line without knowing about Prometheus.
+//!
+//! The recorder is process-wide (the `metrics` facade has one global recorder): several
+//! applications in one process, as in the in-process tests, share it. Tests that count
+//! exact amounts scrape a server process of their own.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const ORDERS: &str = "seckill_orders_total";
+pub const HTTP_DURATION: &str = "seckill_http_request_duration_seconds";
+pub const LOCK_WAIT: &str = "seckill_lock_wait_seconds";
+pub const LOCK_HOLD: &str = "seckill_lock_hold_seconds";
+pub const LOCK_FAILURES: &str = "seckill_lock_failures_total";
+pub const LOCK_CYCLE_ORDERS: &str = "seckill_lock_cycle_orders";
+pub const ZK_OPERATIONS: &str = "seckill_zk_operations_total";
+pub const ZK_SESSION_STATE: &str = "seckill_zk_session_state";
+pub const ZK_SESSION_CHANGES: &str = "seckill_zk_session_changes_total";
+pub const DB_POOL: &str = "seckill_db_pool_connections";
+pub const SWEEP_ACTIONS: &str = "seckill_sweep_actions_total";
+
+/// Seconds, from a fast lock handoff on loopback to a request timeout.
+const SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Orders per lock cycle: powers of two up to the largest `batch_max`.
+const BATCH: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+/// The process's recorder, installed on first use; its handle renders `GET /metrics`.
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(LOCK_CYCLE_ORDERS.into()), BATCH))
+            .expect("bucket lists are not empty")
+            .install_recorder()
+            // Someone else's recorder (a test harness, an embedding program): render nothing
+            // rather than refuse to start.
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "metrics recorder already installed; /metrics will be empty");
+                PrometheusBuilder::new().build_recorder().handle()
+            });
+        describe();
+        // Histograms keep their samples until upkeep folds them into buckets: without it an
+        // instance nobody scrapes would grow. A thread, not a task: it outlives any runtime.
+        let upkeep = handle.clone();
+        std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(5));
+                upkeep.run_upkeep();
+            })
+            .expect("spawning the metrics upkeep thread");
+        handle
+    })
+}
+
+fn describe() {
+    describe_counter!(
+        ORDERS,
+        "Orders answered, by product guard and outcome (paid, reserved, or the error code)"
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        metrics::Unit::Seconds,
+        "HTTP request latency, by method, route template and status"
+    );
+    describe_histogram!(
+        LOCK_WAIT,
+        metrics::Unit::Seconds,
+        "Time from asking for a product's ZooKeeper lock to holding it, by recipe"
+    );
+    describe_histogram!(
+        LOCK_HOLD,
+        metrics::Unit::Seconds,
+        "Time a product's ZooKeeper lock was held, by recipe"
+    );
+    describe_counter!(LOCK_FAILURES, "Lock acquisitions that failed, by recipe and reason (timeout, lost, too_busy, unavailable)");
+    describe_histogram!(
+        LOCK_CYCLE_ORDERS,
+        "Orders served by one lock cycle (one guarded transaction), by guard"
+    );
+    describe_counter!(ZK_OPERATIONS, "ZooKeeper requests sent, by operation (create, delete, get_data, get_children, exists, get_acl, add_watch)");
+    describe_gauge!(
+        ZK_SESSION_STATE,
+        "1 for the ZooKeeper session's current state, 0 for the others"
+    );
+    describe_counter!(
+        ZK_SESSION_CHANGES,
+        "ZooKeeper session state changes, by the state entered"
+    );
+    describe_gauge!(
+        DB_POOL,
+        "PostgreSQL pool connections, by state (in_use, idle, max)"
+    );
+    describe_counter!(SWEEP_ACTIONS, "What the background sweep did, by action");
+}
+
+/// An order's answer: `outcome` is `paid`, `reserved` or the error code.
+pub fn order(guard: &'static str, outcome: &'static str) {
+    counter!(ORDERS, "guard" => guard, "outcome" => outcome).increment(1);
+}
+
+pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
+    histogram!(
+        HTTP_DURATION,
+        "method" => method.to_string(),
+        "route" => route.to_string(),
+        "status" => status.to_string()
+    )
+    .record(took.as_secs_f64());
+}
+
+pub fn lock_granted(recipe: &'static str, waited: Duration) {
+    histogram!(LOCK_WAIT, "recipe" => recipe).record(waited.as_secs_f64());
+}
+
+pub fn lock_released(recipe: &'static str, held: Duration) {
+    histogram!(LOCK_HOLD, "recipe" => recipe).record(held.as_secs_f64());
+}
+
+pub fn lock_failed(recipe: &'static str, reason: &'static str) {
+    counter!(LOCK_FAILURES, "recipe" => recipe, "reason" => reason).increment(1);
+}
+
+pub fn lock_cycle(guard: &'static str, orders: usize) {
+    histogram!(LOCK_CYCLE_ORDERS, "guard" => guard).record(orders as f64);
+}
+
+/// One request sent to ZooKeeper. Writes (`create`, `delete`) are what a ZooKeeper quorum
+/// pays for: `loadtest/run` divides them by paid orders.
+pub fn zk(op: &'static str) {
+    counter!(ZK_OPERATIONS, "op" => op).increment(1);
+}
+
+/// The session entered `state` (`SyncConnected`, `Disconnected`, `Expired`, ...).
+pub fn zk_session(state: &str) {
+    for known in ZK_STATES {
+        gauge!(ZK_SESSION_STATE, "state" => *known).set(if *known == state { 1.0 } else { 0.0 });
+    }
+    counter!(ZK_SESSION_CHANGES, "state" => state.to_string()).increment(1);
+}
+
+const ZK_STATES: &[&str] = &[
+    "Disconnected",
+    "SyncConnected",
+    "AuthFailed",
+    "ConnectedReadOnly",
+    "Expired",
+    "Closed",
+];
+
+pub fn db_pool(size: u32, idle: usize, max: u32) {
+    let idle = idle as f64;
+    gauge!(DB_POOL, "state" => "in_use").set(f64::from(size) - idle);
+    gauge!(DB_POOL, "state" => "idle").set(idle);
+    gauge!(DB_POOL, "state" => "max").set(f64::from(max));
+}
+
+pub fn sweep(action: &'static str, count: u64) {
+    if count > 0 {
+        counter!(SWEEP_ACTIONS, "action" => action).increment(count);
+    }
+}
+
+/// [`zk`], for a request written as one expression.
+pub fn zk_then<F: std::future::Future>(op: &'static str, request: F) -> F {
+    zk(op);
+    request
+}

@@ -1,0 +1,178 @@
+//! The documents that promise things to clients and operators agree with the code: every
+//! status and error code of README's API table is in the generated OpenAPI description, and
+//! README's configuration table is exactly what `seckill --help` says.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use utoipa::OpenApi;
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+}
+
+/// The rows of the table that follows `heading` in README: cells, trimmed.
+fn table_after(readme: &str, heading: &str) -> Vec<Vec<String>> {
+    let start = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("README has {heading}"));
+    readme[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and rule
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// `(status, codes)` as README writes them: `409 \`sold_out\` / \`purchase_limit\``.
+fn statuses(cell: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = None;
+    for (i, part) in cell.split('`').enumerate() {
+        if i % 2 == 1 {
+            if let Some(status) = &current {
+                found
+                    .entry(String::clone(status))
+                    .or_default()
+                    .insert(part.to_string());
+            }
+            continue;
+        }
+        for word in part.split(|c: char| !c.is_ascii_digit()) {
+            if word.len() == 3 {
+                found.entry(word.to_string()).or_default();
+                current = Some(word.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_status_and_error_code_in_the_readme_is_in_the_openapi_description() {
+    let api = serde_json::to_value(seckill::http::openapi::ApiDoc::openapi()).unwrap();
+    assert_eq!(api["openapi"], "3.1.0");
+    let readme = readme();
+    let rows = table_after(&readme, "## HTTP API");
+    assert!(rows.len() >= 15, "README's API table: {} rows", rows.len());
+    for row in rows {
+        let request = row[0].trim_start_matches('`');
+        let (method, rest) = request.split_once(' ').expect("`METHOD /path`");
+        let path = rest.split('`').next().unwrap().trim();
+        let operation = &api["paths"][path][method.to_lowercase()];
+        assert!(
+            operation.is_object(),
+            "{method} {path} is not in openapi.json"
+        );
+        let documented = |status: &str| &operation["responses"][status];
+        // The success cell's backticks quote bodies, not codes.
+        let success = statuses(&row[1]).into_keys().map(|s| (s, BTreeSet::new()));
+        let answers = success.chain(statuses(&row[2]));
+        for (status, codes) in answers {
+            let response = documented(&status);
+            assert!(
+                response.is_object(),
+                "{method} {path}: {status} is not documented"
+            );
+            let description = response["description"].as_str().unwrap_or_default();
+            for code in codes {
+                assert!(
+                    description.contains(&format!("`{code}`")),
+                    "{method} {path}: {status} does not name `{code}` ({description})"
+                );
+            }
+        }
+    }
+    // And the codes table: every code is one the Error schema lists.
+    let listed: BTreeSet<&str> = api["components"]["schemas"]["Error"]["properties"]["error"]
+        ["enum"]
+        .as_array()
+        .expect("the Error schema's code enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for row in table_after(&readme, "| code | status | meaning |") {
+        for code in row[0].split('`').skip(1).step_by(2) {
+            assert!(listed.contains(code), "`{code}` is not in the Error schema");
+        }
+    }
+}
+
+/// Each flag of `seckill --help`: its environment variable and default.
+fn help_flags() -> BTreeMap<String, (String, String)> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .arg("--help")
+        .env("COLUMNS", "200")
+        .output()
+        .expect("seckill --help");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut flags = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("--").or_else(|| {
+            trimmed
+                .strip_prefix("-")
+                .and_then(|r| r.split_once(", --").map(|(_, f)| f))
+        }) {
+            let name = rest.split([' ', '=']).next().unwrap().to_string();
+            if name != "help" && name != "version" {
+                flags.insert(name.clone(), (String::new(), "none".to_string()));
+                current = Some(name);
+            } else {
+                current = None;
+            }
+            continue;
+        }
+        let Some(flag) = &current else { continue };
+        let entry = flags.get_mut(flag).unwrap();
+        if let Some((_, env)) = trimmed.split_once("[env: ") {
+            entry.0 = env.split(['=', ']']).next().unwrap().to_string();
+        }
+        if let Some((_, default)) = trimmed.split_once("[default: ") {
+            entry.1 = format!("`{}`", default.split(']').next().unwrap());
+        }
+    }
+    flags
+}
+
+#[test]
+fn the_readme_configuration_table_is_what_seckill_help_says() {
+    let help = help_flags();
+    assert!(help.len() >= 30, "parsed {} flags from --help", help.len());
+    let readme: BTreeMap<String, (String, String)> = table_after(&readme(), "## Configuration")
+        .into_iter()
+        .map(|row| {
+            let flag = row[0]
+                .trim_matches('`')
+                .trim_start_matches("--")
+                .to_string();
+            (flag, (row[1].trim_matches('`').to_string(), row[2].clone()))
+        })
+        .collect();
+    let only_help: Vec<_> = help.keys().filter(|f| !readme.contains_key(*f)).collect();
+    let only_readme: Vec<_> = readme.keys().filter(|f| !help.contains_key(*f)).collect();
+    assert!(
+        only_help.is_empty() && only_readme.is_empty(),
+        "flags missing from README: {only_help:?}; README flags --help does not know: {only_readme:?}"
+    );
+    for (flag, (env, default)) in &help {
+        let (readme_env, readme_default) = &readme[flag];
+        assert_eq!(readme_env, env, "README's env for --{flag}");
+        if default == "none" {
+            // No default: README says what that means (`off`, `(required)`, `none`).
+            assert!(
+                ["none", "off", "(required)"].contains(&readme_default.as_str()),
+                "README gives --{flag} a default ({readme_default}) that --help does not"
+            );
+        } else {
+            assert_eq!(readme_default, default, "README's default for --{flag}");
+        }
+    }
+}

@@ -1,13 +1,32 @@
-# The seckill server, built from source on the official Rust image.
+# The seckill server: built on the official Rust image, run on Debian slim as a non-root user.
+# docker-compose.yml builds it; scripts/test builds the same binary (cargo build --release --locked).
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY . .
-RUN cargo build --release --locked
+# Dependencies first, against placeholder sources: this layer is rebuilt only when
+# Cargo.toml or Cargo.lock change, not on every edit of our own code.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs \
+ && cargo build --release --locked \
+ && rm -rf src
+# migrations/ is compiled in (sqlx::migrate!). COPY keeps the checkout's modification times,
+# which may be older than the placeholder build: touch, or cargo would keep the placeholder.
+COPY src src
+COPY migrations migrations
+RUN touch src/main.rs src/lib.rs \
+ && cargo build --release --locked
 
 FROM debian:bookworm-slim
+# A fixed uid, so volumes and policies (runAsNonRoot) can name it. The binary and the page
+# stay owned by root: the service cannot rewrite them.
+RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin seckill
 COPY --from=build /src/target/release/seckill /usr/local/bin/seckill
 COPY static /srv/static
 ENV SECKILL_STATIC_DIR=/srv/static \
     SECKILL_LISTEN=0.0.0.0:8080
+USER 10001:10001
 EXPOSE 8080
+# The health check (GET /readyz) is in docker-compose.yml; this image has no curl, the check
+# uses bash's /dev/tcp.
 CMD ["seckill"]

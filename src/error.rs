@@ -22,8 +22,9 @@ pub enum AppError {
     /// 401: the admin bearer token is missing or wrong.
     #[error("a valid admin bearer token is required")]
     Unauthorized,
-    /// 403: demo hooks need a server started with --allow-unsafe-guards.
-    #[error("demo hooks are disabled: start the server with --allow-unsafe-guards")]
+    /// 403: the `none` guard and the demo hooks need a server started with
+    /// --allow-unsafe-guards.
+    #[error("the unsafe guard and the demo hooks are disabled: start the server with --allow-unsafe-guards")]
     DemoDisabled,
     /// 403: the server runs without an admin token.
     #[error("admin endpoints are disabled: start the server with --admin-token")]
@@ -37,6 +38,13 @@ pub enum AppError {
     /// 404
     #[error("no order with id {0}")]
     OrderNotFound(Uuid),
+    /// 404: the product's guard takes no lock, so it has no lock queue (or demo) to show.
+    #[error("product {0} uses the {1} guard, which takes no lock")]
+    NoLock(i64, &'static str),
+    /// 422: well-formed, but against the product's terms or limits (a quantity over its
+    /// `max_per_order`, a restock past its lifetime stock): the message says which.
+    #[error("{0}")]
+    Unprocessable(String),
     /// 404: no such route.
     #[error("no such route")]
     RouteNotFound,
@@ -113,7 +121,7 @@ pub struct ErrorBody<'a> {
 }
 
 /// Every code [`AppError::code`] can answer, in the README's order.
-pub const CODES: [&str; 25] = [
+pub const CODES: [&str; 27] = [
     "invalid_request",
     "unauthorized",
     "payment_failed",
@@ -122,6 +130,7 @@ pub const CODES: [&str; 25] = [
     "unknown_product",
     "order_not_found",
     "not_found",
+    "no_lock",
     "method_not_allowed",
     "sold_out",
     "purchase_limit",
@@ -133,6 +142,7 @@ pub const CODES: [&str; 25] = [
     "payload_too_large",
     "unsupported_media_type",
     "idempotency_mismatch",
+    "unprocessable",
     "too_busy",
     "rate_limited",
     "lock_timeout",
@@ -153,7 +163,9 @@ impl AppError {
             Unauthorized => StatusCode::UNAUTHORIZED,
             PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             AdminDisabled | DemoDisabled => StatusCode::FORBIDDEN,
-            UnknownProduct(_) | OrderNotFound(_) | RouteNotFound => StatusCode::NOT_FOUND,
+            UnknownProduct(_) | OrderNotFound(_) | RouteNotFound | NoLock(..) => {
+                StatusCode::NOT_FOUND
+            }
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             SoldOut { .. }
             | PurchaseLimit { .. }
@@ -162,7 +174,7 @@ impl AppError {
             | PaymentInProgress { .. }
             | NotPayable { .. }
             | IdempotencyInProgress => StatusCode::CONFLICT,
-            IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            IdempotencyMismatch | Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             TooBusy | RateLimited => StatusCode::TOO_MANY_REQUESTS,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -185,6 +197,8 @@ impl AppError {
             UnknownProduct(_) => "unknown_product",
             OrderNotFound(_) => "order_not_found",
             RouteNotFound => "not_found",
+            NoLock(..) => "no_lock",
+            Unprocessable(_) => "unprocessable",
             MethodNotAllowed => "method_not_allowed",
             SoldOut { .. } => "sold_out",
             PurchaseLimit { .. } => "purchase_limit",
@@ -364,6 +378,8 @@ mod tests {
             AppError::UnknownProduct(1),
             AppError::OrderNotFound(id),
             AppError::RouteNotFound,
+            AppError::NoLock(1, "pg-atomic"),
+            AppError::Unprocessable("x".into()),
             AppError::MethodNotAllowed,
             AppError::SoldOut { order_id: None },
             AppError::PurchaseLimit { order_id: None },

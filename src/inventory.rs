@@ -99,23 +99,29 @@ pub struct NewProduct {
     )]
     pub name: String,
     #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
+    #[serde(deserialize_with = "crate::integer::whole")]
     pub price_cents: i64,
     #[schema(minimum = 0, maximum = 100_000_000)]
+    #[serde(deserialize_with = "crate::integer::whole")]
     pub stock: i64,
     /// `none` only on a server started with `--allow-unsafe-guards`.
     #[serde(default = "default_guard")]
     pub guard: Guard,
     /// Default 10.
     #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
     pub max_per_order: Option<i64>,
     /// Default 1.
     #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
     pub per_user_limit: Option<i64>,
     /// Default 600.
     #[schema(minimum = 1, maximum = 604_800)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
     pub reservation_ttl_s: Option<i64>,
     /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
     #[schema(minimum = 1, maximum = 4096)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
     pub batch_max: Option<i64>,
 }
 
@@ -131,8 +137,23 @@ pub const MAX_RESERVATION_TTL_S: i64 = 7 * 24 * 3600;
 pub const MAX_BATCH: i64 = 4096;
 
 impl NewProduct {
-    /// Checks the product against the sale's rules; the message names the broken one.
-    pub fn validate(&self, allow_unsafe_guards: bool) -> Result<(), String> {
+    /// Checks the product against the sale's rules; the message names the broken one. A
+    /// field out of its range is a malformed request (400); the unsafe guard is the server's
+    /// to allow (403), and serving it in batches contradicts what it is for (422).
+    pub fn validate(&self, allow_unsafe_guards: bool) -> Result<(), AppError> {
+        if self.guard == Guard::None && !allow_unsafe_guards {
+            return Err(AppError::DemoDisabled);
+        }
+        self.check_fields().map_err(AppError::InvalidRequest)?;
+        if self.guard == Guard::None && self.batch_max.is_some_and(|batch| batch > 1) {
+            return Err(AppError::Unprocessable(
+                "guard \"none\" serves one order at a time: batch_max must be 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_fields(&self) -> Result<(), String> {
         let name_len = self.name.trim().chars().count();
         if name_len == 0 || self.name.chars().count() > 200 {
             return Err("name must be 1 to 200 characters".into());
@@ -173,16 +194,6 @@ impl NewProduct {
             if !(1..=MAX_BATCH).contains(&batch) {
                 return Err(format!("batch_max must be between 1 and {MAX_BATCH}"));
             }
-            if batch > 1 && self.guard == Guard::None {
-                return Err(
-                    "guard \"none\" serves one order at a time: batch_max must be 1".into(),
-                );
-            }
-        }
-        if self.guard == Guard::None && !allow_unsafe_guards {
-            return Err(
-                "guard \"none\" oversells; the server must run with --allow-unsafe-guards".into(),
-            );
         }
         Ok(())
     }
@@ -417,8 +428,8 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
         )));
     }
     if i64::from(product.stocked_total) + quantity > MAX_STOCKED_TOTAL {
-        return Err(AppError::invalid(
-            "restocking that much would pass the product's lifetime stock limit",
+        return Err(AppError::Unprocessable(
+            "restocking that much would pass the product's lifetime stock limit".into(),
         ));
     }
     let quantity = quantity as i32;
@@ -435,8 +446,8 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
     let mut tx = match outcome {
         Outcome::Applied(tx) => tx,
         Outcome::Insufficient { .. } => {
-            return Err(AppError::invalid(
-                "restocking that much would overflow the stock",
+            return Err(AppError::Unprocessable(
+                "restocking that much would overflow the stock".into(),
             ))
         }
         Outcome::Fenced => return Err(LockError::Lost.into()),
@@ -765,10 +776,12 @@ mod tests {
     fn unsafe_guard_needs_the_servers_consent_and_serves_one_order_at_a_time() {
         let mut batched_none = product(Guard::None);
         batched_none.batch_max = Some(8);
-        assert!(batched_none.validate(true).is_err());
+        let code = |p: &NewProduct, allow: bool| p.validate(allow).map_err(|e| e.code());
+        assert_eq!(code(&batched_none, true), Err("unprocessable"));
+        assert_eq!(code(&batched_none, false), Err("demo_disabled"));
         batched_none.batch_max = Some(1);
         assert!(batched_none.validate(true).is_ok());
-        assert!(product(Guard::None).validate(false).is_err());
+        assert_eq!(code(&product(Guard::None), false), Err("demo_disabled"));
         assert!(product(Guard::None).validate(true).is_ok());
         assert!(product(Guard::Zk).validate(false).is_ok());
     }
@@ -793,7 +806,8 @@ mod tests {
             let mut p = product(Guard::Zk);
             break_it(&mut p);
             let err = p.validate(true).unwrap_err();
-            assert!(err.contains(field), "{err} should name {field}");
+            assert_eq!(err.code(), "invalid_request");
+            assert!(err.to_string().contains(field), "{err} should name {field}");
         }
     }
 

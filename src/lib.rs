@@ -14,6 +14,7 @@
 //! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
 //! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
 //! - [`idempotency`]: `Idempotency-Key` replay for orders.
+//! - [`integer`]: request integers as JSON Schema counts them (`3.0` is `3`).
 //! - [`events`]: live stock, lock-queue and demo events for the teaching page.
 //! - [`payment`]: the simulated payment provider.
 //! - [`error`]: the one error type, and how it becomes an HTTP answer.
@@ -25,6 +26,7 @@ pub mod events;
 pub mod flags;
 pub mod http;
 pub mod idempotency;
+pub mod integer;
 pub mod inventory;
 pub mod lock;
 pub mod orders;

@@ -30,12 +30,32 @@ pub fn router(config: &Config) -> Router<AppState> {
     )
 }
 
+/// One event of the stream as the API description states it: `event:` names the kind and
+/// `data:` holds its JSON (see `crate::events`).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // describes what `Event` writes; never built
+pub(super) struct ServerEvent {
+    event: EventKind,
+    /// JSON: a product (`product`), a lock view (`queue`), a demo's outcome (`demo`).
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+#[derive(utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum EventKind {
+    Product,
+    Queue,
+    Demo,
+}
+
 /// Events `product`, `queue` and `demo`, each with JSON data, until the client leaves, the
 /// stream's lifetime ends, or the server shuts down. A client too slow to keep up skips to
 /// newer snapshots.
 #[utoipa::path(get, path = "/api/events", operation_id = "events", tag = "teaching",
     responses(
-        (status = 200, description = "Server-sent events: `product` (a product, on every stock change), `queue` (a lock view, when lock nodes change), `demo` (crash/zombie outcomes), from every instance; the stream ends after `--event-stream-max-s`", content_type = "text/event-stream", body = String),
+        (status = 200, description = "Server-sent events: `product` (a product, on every stock change), `queue` (a lock view, when lock nodes change), `demo` (crash/zombie outcomes), from every instance; the stream ends after `--event-stream-max-s`", content_type = "text/event-stream", body = ServerEvent),
         (status = 503, description = "`too_busy`: `--max-event-streams` streams are open on this instance", body = ErrorBody<'static>),
     ))]
 pub(super) async fn events(

@@ -49,7 +49,7 @@ pub fn router(config: &Config) -> Router<AppState> {
         (status = 402, description = "`payment_failed`: declined, the stock went back", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
         (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
-        (status = 422, description = "`idempotency_mismatch`", body = ErrorBody<'static>),
+        (status = 422, description = "`idempotency_mismatch`, `unprocessable` (`quantity` over the product's `max_per_order`)", body = ErrorBody<'static>),
         (status = 429, description = "`too_busy` (this instance's queue for the product is full), `rate_limited`", body = ErrorBody<'static>),
         (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
     ))]

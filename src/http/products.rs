@@ -45,7 +45,8 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, AppEr
         (status = 201, description = "The product", body = Product),
         (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
-        (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`, `demo_disabled` (guard `none` without `--allow-unsafe-guards`)", body = ErrorBody<'static>),
+        (status = 422, description = "`unprocessable`: guard `none` with `batch_max` above 1", body = ErrorBody<'static>),
     ))]
 async fn create(
     State(state): State<AppState>,
@@ -53,8 +54,7 @@ async fn create(
     Json(new): Json<NewProduct>,
 ) -> Result<(StatusCode, Json<Product>), AppError> {
     require_admin(&state.config, &headers)?;
-    new.validate(state.config.allow_unsafe_guards)
-        .map_err(AppError::InvalidRequest)?;
+    new.validate(state.config.allow_unsafe_guards)?;
     let product = inventory::create(&state.db, &new, state.config.batch_max).await?;
     tracing::info!(
         product = product.id,
@@ -105,8 +105,9 @@ async fn audit(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Restock {
-    /// Units to put back on sale: at least 1; the stock stays within `i32`.
-    #[schema(minimum = 1)]
+    /// Units to put on sale; the product's lifetime stock stays within its limit (422).
+    #[schema(minimum = 1, maximum = 100_000_000)]
+    #[serde(deserialize_with = "crate::integer::whole")]
     quantity: i64,
 }
 
@@ -119,6 +120,7 @@ pub(super) struct Restock {
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 422, description = "`unprocessable`: past the product's lifetime stock limit", body = ErrorBody<'static>),
         (status = 429, description = "`too_busy`", body = ErrorBody<'static>),
         (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`", body = ErrorBody<'static>),
     ))]
@@ -139,8 +141,8 @@ async fn restock(
 #[utoipa::path(get, path = "/api/products/{id}/lock", operation_id = "getProductLock", tag = "teaching", params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "Holder and waiters in queue order, each with the node it watches", body = QueueView),
-        (status = 400, description = "`invalid_request` (a malformed id, or a guard that takes no lock)", body = ErrorBody<'static>),
-        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`, `no_lock` (its guard takes no lock)", body = ErrorBody<'static>),
     ))]
 async fn lock(
     State(state): State<AppState>,
@@ -148,11 +150,7 @@ async fn lock(
 ) -> Result<Json<QueueView>, AppError> {
     let product = find(&state, &id).await?;
     let Some(recipe) = product.guard.recipe() else {
-        return Err(AppError::invalid(format!(
-            "product {} uses the {} guard, which takes no lock",
-            product.id,
-            product.guard.as_str()
-        )));
+        return Err(AppError::NoLock(product.id, product.guard.as_str()));
     };
     let view = state
         .zk
@@ -173,10 +171,10 @@ pub(super) struct ArmDemo {
     request_body = ArmDemo,
     responses(
         (status = 202, description = "Armed: the next holder of the product's lock acts it out", body = Object),
-        (status = 400, description = "`invalid_request` (also: not a `zk` or `zk-herd` product)", body = ErrorBody<'static>),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`, `demo_disabled` (no `--allow-unsafe-guards`)", body = ErrorBody<'static>),
-        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`, `no_lock` (not a `zk` or `zk-herd` product)", body = ErrorBody<'static>),
     ))]
 async fn demo(
     State(state): State<AppState>,
@@ -190,9 +188,7 @@ async fn demo(
     }
     let product = find(&state, &id).await?;
     if product.guard.recipe().is_none() {
-        return Err(AppError::invalid(
-            "demos need a product guarded by a ZooKeeper lock (zk or zk-herd)",
-        ));
+        return Err(AppError::NoLock(product.id, product.guard.as_str()));
     }
     state.demo.raise(&arm.mode.flag(product.id)).await;
     let body = serde_json::json!({ "product_id": product.id, "armed": arm.mode });

@@ -60,6 +60,7 @@ pub use store::get;
 #[derive(Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewOrder {
+    #[serde(deserialize_with = "crate::integer::whole")]
     pub product_id: i64,
     /// Who buys: 1 to 64 characters, not only white space, no control characters.
     #[schema(
@@ -69,7 +70,7 @@ pub struct NewOrder {
     )]
     pub user_id: String,
     /// Units, at least 1 and at most the product's `max_per_order`.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "crate::integer::whole")]
     #[schema(minimum = 1, maximum = 1000)]
     pub quantity: i64,
     /// `false` stops after the reservation; pay later with `POST /orders/{id}/pay`.
@@ -268,7 +269,7 @@ pub async fn admit(
         .terms(&state.db, new.product_id)
         .await?
         .ok_or(AppError::UnknownProduct(new.product_id))?;
-    let quantity = new.quantity_for(&terms).map_err(AppError::InvalidRequest)?;
+    let quantity = new.quantity_for(&terms).map_err(AppError::Unprocessable)?;
     let amount_cents = terms
         .price_cents
         .checked_mul(quantity.into())

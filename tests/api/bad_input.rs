@@ -124,18 +124,27 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             "/orders",
             order(json!({ "quantity": 0 })),
         ),
+        // 2.0 is the integer 2 (as JSON Schema counts it); 1.5 is no integer at all.
+        case(
+            "fractional quantity",
+            post.clone(),
+            "/orders",
+            order(json!({ "quantity": 1.5 })),
+        ),
         case(
             "negative quantity",
             post.clone(),
             "/orders",
             order(json!({ "quantity": -1 })),
         ),
+        // Well-formed, but against the product's terms: 422, not 400.
         case(
             "over max_per_order",
             post.clone(),
             "/orders",
             order(json!({ "quantity": 3 })),
-        ),
+        )
+        .expect(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
         case(
             "empty user",
             post.clone(),
@@ -246,7 +255,8 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             "/api/products",
             json!({"name": "x", "price_cents": 1, "stock": 1, "guard": "none"}).to_string(),
         )
-        .auth(ADMIN_TOKEN),
+        .auth(ADMIN_TOKEN)
+        .expect(StatusCode::FORBIDDEN, "demo_disabled"),
         // Found in review: both used to reach PostgreSQL and answer 500.
         case(
             "control character in a product name",
@@ -261,7 +271,8 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             format!("/api/products/{product}/restock"),
             json!({ "quantity": 100_000_000 }).to_string(),
         )
-        .auth(ADMIN_TOKEN),
+        .auth(ADMIN_TOKEN)
+        .expect(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
         case(
             "restock of nothing",
             post.clone(),

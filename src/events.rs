@@ -209,7 +209,9 @@ async fn tick(events: Events, db: PgPool, zk: Zk, sold_out: Flags) {
             _ = ticker.tick() => {}
             _ = closing.wait_for(|c| *c) => return,
         }
-        let dirty = std::mem::take(&mut *events.inner.dirty.lock().expect("dirty set poisoned"));
+        let mut dirty =
+            std::mem::take(&mut *events.inner.dirty.lock().expect("dirty set poisoned"));
+        dirty.queues.extend(zk.take_woken());
         if !events.watched() {
             continue;
         }

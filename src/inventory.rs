@@ -433,7 +433,14 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
         ));
     }
     let quantity = quantity as i32;
-    let (lock, protection) = enter(state, product.id, product.guard, Session::Shared).await?;
+    let (lock, protection) = enter(
+        state,
+        product.id,
+        product.guard,
+        Session::Shared,
+        state.config.lock_timeout(),
+    )
+    .await?;
     let pause = think(state.config.stock_think());
     let outcome = change_stock(
         &state.db,
@@ -465,12 +472,14 @@ pub async fn restock(state: &AppState, product: &Product, quantity: i64) -> Resu
 }
 
 /// What the product's guard needs before a stock change: for `zk` and `zk-herd`, the
-/// product's lock (kept until the change commits), whose token fences the write.
+/// product's lock (kept until the change commits), whose token fences the write. `timeout`
+/// bounds the wait for the lock.
 pub async fn enter(
     state: &AppState,
     product_id: i64,
     guard: Guard,
     session: Session,
+    timeout: Duration,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
     let Some(recipe) = guard.recipe() else {
         let protection = match guard {
@@ -481,7 +490,7 @@ pub async fn enter(
     };
     let lock = state
         .zk
-        .lock_stock(product_id, recipe, session, state.config.lock_timeout())
+        .lock_stock(product_id, recipe, session, timeout)
         .await?;
     let protection = Protection::Fenced(lock.token);
     Ok((Some(lock), protection))

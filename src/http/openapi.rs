@@ -35,6 +35,7 @@ use crate::state::AppState;
         products::restock,
         products::lock,
         products::demo,
+        products::step,
         events::events,
         health::healthz,
         health::readyz,

@@ -4,13 +4,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::Router;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{parse_id, require_admin, Json, Path};
 use crate::error::{AppError, ErrorBody};
 use crate::inventory::{self, Audit, NewProduct, Product};
 use crate::lock::QueueView;
 use crate::orders::demo::Demo;
+use crate::orders::step as stepping;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -21,6 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/products/{id}/restock", post(restock))
         .route("/api/products/{id}/lock", get(lock))
         .route("/api/products/{id}/demo", post(demo))
+        .route("/api/products/{id}/step", post(step))
 }
 
 fn with_flag(state: &AppState, mut product: Product) -> Product {
@@ -192,5 +194,78 @@ async fn demo(
     }
     state.demo.raise(&arm.mode.flag(product.id)).await;
     let body = serde_json::json!({ "product_id": product.id, "armed": arm.mode });
+    Ok((StatusCode::ACCEPTED, Json(body)))
+}
+
+/// What the page asks of a step-through sale.
+#[derive(Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum StepAction {
+    /// Hold every lock of the product after its write, until `next` (for 120 s at most).
+    Start,
+    /// Let the current holder go.
+    Next,
+    /// End the mode and let the current holder go.
+    Stop,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StepRequest {
+    action: StepAction,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct StepState {
+    product_id: i64,
+    /// Whether holders now wait for `next`.
+    stepping: bool,
+    /// When step mode ends on its own (unix ms), while it is on.
+    until: Option<u64>,
+    /// The fencing token of the holder this request let go, if one held the lock.
+    released: Option<i64>,
+}
+
+/// The step-through sale (see `orders::step`): every instance's holders of the product's
+/// lock keep it after their write until the page says next.
+#[utoipa::path(post, path = "/api/products/{id}/step", operation_id = "stepSale", tag = "teaching",
+    security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
+    request_body = StepRequest,
+    responses(
+        (status = 202, description = "The step-through's state after the action", body = StepState),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`, `demo_disabled` (no `--allow-unsafe-guards`)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`, `no_lock` (not a `zk` or `zk-herd` product)", body = ErrorBody<'static>),
+    ))]
+async fn step(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(request): Json<StepRequest>,
+) -> Result<(StatusCode, Json<StepState>), AppError> {
+    require_admin(&state.config, &headers)?;
+    if !state.config.allow_unsafe_guards {
+        return Err(AppError::DemoDisabled);
+    }
+    let product = find(&state, &id).await?;
+    let Some(recipe) = product.guard.recipe() else {
+        return Err(AppError::NoLock(product.id, product.guard.as_str()));
+    };
+    let released = match request.action {
+        StepAction::Start => {
+            stepping::start(&state, product.id).await;
+            None
+        }
+        StepAction::Next => stepping::next(&state, product.id, recipe).await?,
+        StepAction::Stop => stepping::stop(&state, product.id, recipe).await?,
+    };
+    let until = stepping::until(&state, product.id);
+    let body = StepState {
+        product_id: product.id,
+        stepping: until.is_some(),
+        until,
+        released,
+    };
     Ok((StatusCode::ACCEPTED, Json(body)))
 }

@@ -15,6 +15,7 @@ pub(super) async fn acquire(
     dir: &str,
     instance: &str,
     acls: zk::Acls<'static>,
+    woke: &(dyn Fn() + Send + Sync),
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let id = uuid::Uuid::new_v4();
     let marker = format!("_c_{id}-");
@@ -73,6 +74,7 @@ pub(super) async fn acquire(
             Ok((_, _, watcher)) => {
                 watcher.changed().await;
                 wakeups += 1;
+                woke();
             }
             Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => {}
             Err(e) => return Err(e),

@@ -15,6 +15,7 @@ pub(super) async fn acquire(
     dir: &str,
     instance: &str,
     acls: zk::Acls<'static>,
+    woke: &(dyn Fn() + Send + Sync),
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let path = format!("{dir}/lock");
     // Unique per contender, so a connection loss during create can tell whose node it is.
@@ -38,6 +39,7 @@ pub(super) async fn acquire(
                     Ok((Some(_), watcher)) => {
                         watcher.changed().await;
                         wakeups += 1;
+                        woke();
                     }
                     Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
                     Err(e) => return Err(e),

@@ -150,6 +150,24 @@ impl Zk {
         stats.get(&product_id).copied().unwrap_or_default()
     }
 
+    /// Counts one watch notification that woke a waiter for the product's lock.
+    fn count_wake(&self, product_id: i64) {
+        let mut stats = self.inner.stats.lock().expect("stats poisoned");
+        stats.entry(product_id).or_default().wakeups += 1;
+        self.inner
+            .woken
+            .lock()
+            .expect("woken poisoned")
+            .insert(product_id);
+    }
+
+    /// Products whose waiters woke since the last call: their lock view has news even when
+    /// no node changed (a herd's losers wake and watch again).
+    pub fn take_woken(&self) -> Vec<i64> {
+        let mut woken = self.inner.woken.lock().expect("woken poisoned");
+        woken.drain().collect()
+    }
+
     /// Counts `orders` served under one acquisition of the product's lock.
     pub fn count_served(&self, product_id: i64, orders: usize) {
         let mut stats = self.inner.stats.lock().expect("stats poisoned");
@@ -209,10 +227,13 @@ impl Zk {
         let dir = self.lock_dir(recipe, product_id);
         let started = Instant::now();
         let instance = self.instance();
+        // Counted as each wake happens, not when the lock is granted: the page shows a herd
+        // waking while its waiters still wait.
+        let woke = || self.count_wake(product_id);
         let acquire = async {
             match recipe {
-                Recipe::Fair => fair::acquire(&client, &dir, instance, self.acls()).await,
-                Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls()).await,
+                Recipe::Fair => fair::acquire(&client, &dir, instance, self.acls(), &woke).await,
+                Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls(), &woke).await,
             }
         };
         let acquired = match tokio::time::timeout(timeout, acquire).await {
@@ -241,9 +262,7 @@ impl Zk {
         );
         {
             let mut stats = self.inner.stats.lock().expect("stats poisoned");
-            let entry = stats.entry(product_id).or_default();
-            entry.acquisitions += 1;
-            entry.wakeups += wakeups;
+            stats.entry(product_id).or_default().acquisitions += 1;
         }
         Ok(StockLock {
             _node: node,

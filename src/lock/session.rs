@@ -8,7 +8,7 @@
 //! identity from the first token it sees and orders it after the old one, so the service
 //! recovers on its own instead of fencing every product out (see `inventory::read_stock`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -50,6 +50,8 @@ pub(super) struct Inner {
     pub(super) waiters: Mutex<HashMap<i64, Arc<Semaphore>>>,
     /// Per product, what its acquisitions cost (shown on the teaching page).
     pub(super) stats: Mutex<HashMap<i64, LockStats>>,
+    /// Products whose waiters woke since the event feed last looked (see `Zk::take_woken`).
+    pub(super) woken: Mutex<HashSet<i64>>,
     /// Flipped on shutdown so background tasks drop their clients and the session can close.
     closing: watch::Sender<bool>,
 }
@@ -93,6 +95,7 @@ impl Zk {
                 max_waiters,
                 waiters: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
+                woken: Mutex::new(HashSet::new()),
                 closing: watch::channel(false).0,
             }),
         };

@@ -26,12 +26,14 @@
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`sweep`]: the background pass that expires reservations and settles stale payments.
 //! - [`demo`]: what a lock holder may do between its read and its write besides thinking.
+//! - [`step`]: the step-through sale: holders keep the lock after their write until "next".
 //! - `store`: the order's SQL.
 
 pub mod batch;
 pub mod combiner;
 pub mod demo;
 mod pay;
+pub mod step;
 mod store;
 pub mod sweep;
 
@@ -380,7 +382,7 @@ async fn queue(
     let left = tokio::select! {
         answer = &mut answer => return answer.unwrap_or_else(|_| Err(lost_answer())),
         _ = &mut client_gone => Left::ClientGone,
-        _ = tokio::time::sleep(state.config.lock_timeout()) => Left::Timeout,
+        _ = tokio::time::sleep(step::lock_timeout(state, terms.id)) => Left::Timeout,
         _ = state.sold_out.raised(&sold_out_flag) => Left::SoldOut,
     };
     // A lock cycle may have taken us just now: then its answer is on its way.
@@ -421,7 +423,7 @@ async fn alone(
     let sold_out_flag = terms.id.to_string();
     let span = CycleSpan::new(&terms, false);
     let entered = tokio::select! {
-        entered = inventory::enter(state, terms.id, terms.guard, session).instrument(span.span.clone()) => entered,
+        entered = inventory::enter(state, terms.id, terms.guard, session, step::lock_timeout(state, terms.id)).instrument(span.span.clone()) => entered,
         _ = &mut client_gone => {
             store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
             let error = AppError::Unavailable(anyhow!("client disconnected while queued"));
@@ -518,7 +520,14 @@ pub(crate) async fn cycle(
         let fenced = matches!(served, Err(AppError::LockLost { .. }));
         demo::report_zombie(&state.db, terms.id, tickets[0].id, token, fenced).await;
     }
-    drop(lock);
+    // The step-through sale keeps a holder whose write committed until the page says next.
+    let kept = match lock {
+        Some(held) if served.is_ok() && step::stepping(state, terms.id) => Some(held),
+        other => {
+            drop(other);
+            None
+        }
+    };
     if matches!(served, Err(AppError::LockLost { .. })) && demo.is_none() {
         state.zk.reidentify().await;
     }
@@ -566,6 +575,14 @@ pub(crate) async fn cycle(
         state
             .tasks
             .spawn(pay::settle_and_answer(state.clone(), paying));
+    }
+    // Answered already; the lock waits apart, so the next cycle can queue behind it.
+    if let Some(lock) = kept {
+        let (state, product) = (state.clone(), terms.id);
+        state.tasks.clone().spawn(async move {
+            step::hold(&state, product, lock.token.zxid).await;
+            drop(lock);
+        });
     }
 }
 

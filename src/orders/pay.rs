@@ -177,8 +177,14 @@ pub(super) async fn release(
         .terms(&state.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
-    let (lock, protection) =
-        inventory::enter(state, product.id, product.guard, Session::Shared).await?;
+    let (lock, protection) = inventory::enter(
+        state,
+        product.id,
+        product.guard,
+        Session::Shared,
+        state.config.lock_timeout(),
+    )
+    .await?;
     let outcome = inventory::change_stock(
         &state.db,
         product.id,

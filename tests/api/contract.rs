@@ -1,6 +1,7 @@
 //! The documents that promise things to clients and operators agree with the code: every
-//! status and error code of README's API table is in the generated OpenAPI description, and
-//! README's configuration table is exactly what `seckill --help` says.
+//! status and error code of README's API table is in the generated OpenAPI description,
+//! README's configuration table is exactly what `seckill --help` says, and the Chinese README
+//! keeps the English one's commands and figures.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -175,4 +176,45 @@ fn the_readme_configuration_table_is_what_seckill_help_says() {
             assert_eq!(readme_default, default, "README's default for --{flag}");
         }
     }
+}
+
+/// The fenced code blocks of a Markdown text, in order.
+fn code_blocks(text: &str) -> Vec<String> {
+    text.split("\n```")
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every number written in the text outside code blocks: figures, defaults, counts.
+fn numbers(text: &str) -> BTreeSet<String> {
+    let prose: String = text.split("\n```").step_by(2).collect();
+    let mut found = BTreeSet::new();
+    let mut current = String::new();
+    for c in prose.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_digit() || (!current.is_empty() && (c == '.' || c == ',')) {
+            current.push(c);
+        } else if !current.is_empty() {
+            found.insert(current.trim_end_matches(['.', ',']).to_string());
+            current.clear();
+        }
+    }
+    found
+}
+
+#[test]
+fn the_chinese_readme_keeps_the_english_ones_commands_and_figures() {
+    let en = readme();
+    let zh = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.zh-CN.md"))
+        .expect("README.zh-CN.md");
+    assert!(en.contains("[中文](README.zh-CN.md)") && zh.contains("[English](README.md)"));
+    assert_eq!(code_blocks(&en), code_blocks(&zh), "the commands differ");
+    let missing: Vec<_> = numbers(&en).difference(&numbers(&zh)).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "figures of README.md missing in README.zh-CN.md: {missing:?}"
+    );
+    let rows = |t: &str| t.lines().filter(|l| l.starts_with('|')).count();
+    assert_eq!(rows(&en), rows(&zh), "table rows");
 }

@@ -18,4 +18,5 @@ mod products;
 mod recovery;
 mod rules;
 mod servers;
+mod stepping;
 mod teaching;

@@ -72,8 +72,10 @@ async function createProduct(base, stock, guard, batchMax) {
   return (await res.json()).id;
 }
 
-async function openPage(base, viewport = { width: 1280, height: 900 }) {
-  const page = await browser.newPage({ viewport });
+// A page in a fresh context (its own localStorage, so no remembered language), in the given
+// browser locale: en-US unless a test says otherwise, so the English assertions stay stable.
+async function openPage(base, viewport = { width: 1280, height: 900 }, locale = 'en-US') {
+  const page = await browser.newPage({ viewport, locale });
   // Chromium logs every non-2xx fetch as "Failed to load resource"; a 409 sold_out is an
   // answer, not an error. Anything else logged as an error counts.
   page.on('console', (m) => {
@@ -83,9 +85,12 @@ async function openPage(base, viewport = { width: 1280, height: 900 }) {
   });
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
   await page.goto(base);
-  await page.locator('#live-text', { hasText: 'live' }).waitFor({ timeout: 10_000 });
+  await waitLive(page);
   return page;
 }
+
+// The event stream is open: the dot turns green (its label is in the page's language).
+const waitLive = (page) => page.locator('#live-dot.on').waitFor({ timeout: 10_000 });
 
 let a;
 let b;
@@ -254,6 +259,234 @@ test('long ZooKeeper paths and lock owners wrap on a phone screen', async () => 
   await page.screenshot({ path: join(shots, 'phone-long-root.png'), fullPage: true });
   await buyers;
   assert.ok(width <= 375, `the page is ${width} px wide on a 375 px screen`);
+  await page.close();
+});
+
+// ---------------------------------------------------------------- languages
+
+// Every text a reader meets: the visible text nodes, the attributes shown on hover or read
+// aloud, and the title. Code, identifiers (data-ident, translate="no": product names, node
+// owners, paths, order ids, guard badges), the language switch and `skip` are left out.
+function pageTexts(page, skip = '') {
+  return page.evaluate((extra) => {
+    const skipped = `code, kbd, pre, script, style, [data-ident], [translate="no"], .lang${extra ? `, ${extra}` : ''}`;
+    const texts = [document.title];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const el = node.parentElement;
+      const text = node.textContent.trim();
+      if (!text || el.closest(skipped)) continue;
+      // An option shows when its select opens: it counts when its select is visible.
+      if (!(el.closest('select') ?? el).checkVisibility()) continue;
+      texts.push(text);
+    }
+    for (const el of document.querySelectorAll('[placeholder], [title], [aria-label]')) {
+      if (el.closest(skipped) || el.closest('[hidden]')) continue;
+      for (const name of ['placeholder', 'title', 'aria-label']) if (el.hasAttribute(name)) texts.push(el.getAttribute(name));
+    }
+    return texts;
+  }, skip);
+}
+
+// Two Latin words of 3+ letters in a row: a sentence left in English.
+const LATIN_SENTENCE = /[A-Za-z]{3,}[\s,.:;!?'-]+[A-Za-z]{3,}/;
+// Chinese characters, and CJK and full-width punctuation.
+const CJK = /[\u2E80-\u9FFF\u3000-\u303F\uFF00-\uFFEF]/;
+
+// Names kept in Latin script in Chinese text, as Chinese developers write them, and the
+// server's product names (data: the demo set's are English whatever the page's language).
+async function latinAllowed(base) {
+  return ['ZooKeeper', 'PostgreSQL', 'zk-herd', 'pg-atomic', ...(await productNames(base))];
+}
+// Longest first, so a name is cut out whole before any part of it.
+async function productNames(base) {
+  const list = await (await fetch(`${base}/api/products`)).json();
+  return list.map((p) => p.name).sort((x, y) => y.length - x.length);
+}
+
+// The page's texts that match `pattern` once each allowed name is cut out ('·' joins no words).
+async function textsMatching(page, pattern, allowed, skip) {
+  const cut = (text) => allowed.reduce((s, name) => s.split(name).join('·'), text);
+  return (await pageTexts(page, skip)).filter((text) => pattern.test(cut(text)));
+}
+const leftInEnglish = async (page) => textsMatching(page, LATIN_SENTENCE, await latinAllowed(a));
+// In English, Chinese only in the header's 秒杀 and the switch's 中文 (both skipped), and in
+// product names created while the page was in Chinese (data).
+const leftInChinese = async (page) => textsMatching(page, CJK, await productNames(a), 'h1 .sub');
+
+async function setLanguage(page, lang) {
+  await page.click(`.lang button[data-lang="${lang}"]`);
+  await page.locator(`.lang button[data-lang="${lang}"][aria-pressed="true"]`).waitFor();
+}
+
+async function language(page) {
+  return {
+    lang: await page.getAttribute('html', 'lang'),
+    heading: await page.textContent('#shop-h'),
+    stored: await page.evaluate(() => localStorage.getItem('seckill-lang')),
+  };
+}
+
+// Elements reaching past the right edge of the screen (the phone layout tests' check).
+function tooWide(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll('body *')]
+      .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 1)
+      .map((el) => `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${el.className}: ${el.textContent.slice(0, 40)}`)
+      .slice(0, 5),
+  );
+}
+
+test('both languages have every text: the same keys and placeholders, every error code and order status', async () => {
+  const page = await openPage(a);
+  // The server's own list of codes and statuses, so a new one fails here until translated.
+  const api = await (await fetch(`${a}/openapi.json`)).json();
+  const codes = api.components.schemas.Error.properties.error.enum;
+  const statuses = api.components.schemas.OrderStatus.enum;
+  assert.ok(codes.length >= 27 && statuses.length >= 8, 'the codes and statuses from /openapi.json');
+  const problems = await page.evaluate(
+    async ({ codes, statuses }) => {
+      const { dictionaries } = await import('/i18n.js');
+      const { en, zh } = dictionaries;
+      const found = [];
+      const slots = (text) => new Set([...text.matchAll(/\{(\w+)\}/g)].map((m) => m[1]));
+      for (const key of new Set([...Object.keys(en), ...Object.keys(zh)])) {
+        if (!(key in en) || !(key in zh)) {
+          found.push(`${key}: only in ${key in en ? 'en' : 'zh'}`);
+          continue;
+        }
+        // {message} is the server's English message: only English may show it.
+        const [e, z] = [slots(en[key]), slots(zh[key])];
+        e.delete('message');
+        z.delete('message');
+        if ([...e].sort().join() !== [...z].sort().join()) found.push(`${key}: placeholders {${[...e]}} vs {${[...z]}}`);
+      }
+      for (const code of codes) if (!(`error.${code}` in en && `error.${code}` in zh)) found.push(`error code ${code} untranslated`);
+      for (const status of statuses) if (!(`status.${status}` in en && `status.${status}` in zh)) found.push(`order status ${status} untranslated`);
+      // Every key the page names exists.
+      const named = [
+        ...[...document.querySelectorAll('[data-i18n]')].map((el) => el.dataset.i18n),
+        ...[...document.querySelectorAll('[data-i18n-html]')].map((el) => el.dataset.i18nHtml),
+        ...[...document.querySelectorAll('[data-i18n-attr]')].flatMap((el) => el.dataset.i18nAttr.split(',').map((p) => p.split(':')[1].trim())),
+      ];
+      for (const key of named) if (!(key in en)) found.push(`the page names ${key}, which no dictionary has`);
+      return found;
+    },
+    { codes, statuses },
+  );
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('the page opens in the browser\'s language: 中文 for zh-CN, English for en-US', async () => {
+  const zh = await openPage(a, undefined, 'zh-CN');
+  assert.deepEqual(await language(zh), { lang: 'zh-CN', heading: '1 · 商店', stored: null });
+  assert.equal(await zh.getAttribute('.lang button[data-lang="zh"]', 'aria-pressed'), 'true');
+  assert.equal(await zh.textContent('#live-text'), '实时');
+  assert.match(await zh.title(), /永不超卖/);
+  await zh.close();
+  const en = await openPage(a, undefined, 'en-US');
+  assert.deepEqual(await language(en), { lang: 'en', heading: '1 · The shop', stored: null });
+  assert.equal(await en.getAttribute('.lang button[data-lang="en"]', 'aria-pressed'), 'true');
+  assert.equal(await en.textContent('#live-text'), 'live');
+  assert.equal(await en.isVisible('[data-text="zh"]'), false);
+  await en.close();
+});
+
+test('the language chosen is remembered across visits, over the browser\'s', async () => {
+  const page = await openPage(a, undefined, 'en-US');
+  await setLanguage(page, 'zh');
+  // Live, without a reload: static texts, the status line and the explainer.
+  assert.deepEqual(await language(page), { lang: 'zh-CN', heading: '1 · 商店', stored: 'zh' });
+  assert.equal(await page.textContent('#live-text'), '实时');
+  assert.equal(await page.isVisible('[data-text="zh"]'), true);
+  assert.equal(await page.isVisible('[data-text="en"]'), false);
+  await page.reload();
+  await waitLive(page);
+  assert.deepEqual(await language(page), { lang: 'zh-CN', heading: '1 · 商店', stored: 'zh' });
+  await setLanguage(page, 'en');
+  await page.reload();
+  await waitLive(page);
+  assert.deepEqual(await language(page), { lang: 'en', heading: '1 · The shop', stored: 'en' });
+  await page.close();
+
+  // A Chinese browser whose reader chose English keeps English.
+  const zh = await openPage(a, undefined, 'zh-CN');
+  await setLanguage(zh, 'en');
+  await zh.reload();
+  await waitLive(zh);
+  assert.deepEqual(await language(zh), { lang: 'en', heading: '1 · The shop', stored: 'en' });
+  await zh.close();
+});
+
+test('in 中文 no English sentence is left, and in English no Chinese, with every kind of text on screen', async () => {
+  const zk = await createProduct(a, 20, 'zk', 1);
+  const none = await createProduct(a, 20, 'none');
+  const page = await openPage(a, undefined, 'zh-CN');
+  await page.locator(`.product[data-product="${none}"]`).waitFor();
+  const left = new Set(); // every English sentence seen in 中文, at any step
+  const check = async () => {
+    for (const text of await leftInEnglish(page)) left.add(text);
+  };
+  await page.click('summary'); // the admin form counts too
+  await check();
+
+  // A purchase: its order line, with status, lock wait, fencing token and batch.
+  await page.selectOption('#buy-product', String(zk));
+  await page.fill('#buy-user', 'e2e-zh');
+  await page.click('#buy button[type=submit]');
+  await page.locator('#buy-result [data-status="paid"]').waitFor({ timeout: 10_000 });
+  assert.match(await page.textContent('#buy-result'), /已支付.*围栏令牌 \d+/);
+  // A product created from the page, and a crash armed on the lane's product: the log's lines.
+  await page.fill('#admin-token', ADMIN);
+  await page.fill('#new-stock', '5');
+  await page.click('#create button[type=submit]');
+  await page.locator('#create-result.ok').waitFor();
+  await page.selectOption('#demo-product', String(zk));
+  await page.click('#demo-crash');
+  await page.locator('#demo-result.ok').waitFor();
+  await check();
+
+  // A sale on both lanes, watched in the queue while it runs.
+  await page.selectOption('#lane-a .lane-product', String(zk));
+  await page.selectOption('#lane-b .lane-product', String(none));
+  await page.selectOption('#queue-product', String(zk));
+  await page.fill('#sim-buyers', '60');
+  await page.click('#sim-run');
+  await page.locator('#queue .ticket').first().waitFor({ timeout: 15_000 });
+  await check();
+  await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#lane-b[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#log li', { hasText: '崩溃' }).waitFor({ timeout: 30_000 });
+  await page.locator('#sim-run:not([disabled])').waitFor();
+  assert.match(await page.textContent('#lane-a .verdict'), /^卖出 20 \/ 20 件 — 超卖 0 件，账目一致$/);
+  assert.match(await page.textContent('#lane-b .verdict'), /超卖/);
+  await check();
+  // An error, by its code: the product is sold out now.
+  await page.click('#buy button[type=submit]');
+  await page.locator('#buy-result.err').waitFor({ timeout: 10_000 });
+  assert.match(await page.textContent('#buy-result'), /^409 sold_out：已售罄/);
+  await check();
+  assert.deepEqual([...left], [], 'English sentences left in 中文');
+  await page.screenshot({ path: join(shots, 'page-zh.png'), fullPage: true });
+
+  // The same page switched live: what was drawn from data is redrawn in English.
+  await setLanguage(page, 'en');
+  assert.deepEqual(await leftInChinese(page), [], 'Chinese left in English');
+  assert.match(await page.textContent('#lane-a .verdict'), /^20 sold of 20 — 0 oversold, consistent$/);
+  assert.match(await page.textContent('#buy-result'), /^409 sold_out: sold out/);
+  await page.locator('#log li', { hasText: 'Crash on product' }).first().waitFor();
+  assert.equal(await page.locator('#log li', { hasText: '崩溃' }).count(), 0);
+  await page.screenshot({ path: join(shots, 'page-en.png'), fullPage: true });
+
+  // And on a phone, in both languages: nothing reaches past the screen's edge.
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.deepEqual(await tooWide(page), [], 'elements wider than the screen, in English');
+  await page.screenshot({ path: join(shots, 'page-en-phone.png'), fullPage: true });
+  await setLanguage(page, 'zh');
+  assert.deepEqual(await tooWide(page), [], 'elements wider than the screen, in 中文');
+  assert.deepEqual(await leftInEnglish(page), [], 'English sentences left in 中文, switched back');
+  await page.screenshot({ path: join(shots, 'page-zh-phone.png'), fullPage: true });
   await page.close();
 });
 

@@ -1,0 +1,134 @@
+//! The step-through sale, for the teaching page (admin, `--allow-unsafe-guards`): while a
+//! product is in step mode, each holder of its lock, once its stock write has committed,
+//! keeps the lock until the page says "next". A person sees the queue frozen with one holder,
+//! releases it, and sees who wakes: one waiter under the fair lock (the one watching the
+//! holder's node), every waiter under the herd lock.
+//!
+//! It never changes what is sold: the wait comes after the commit, with the orders already
+//! answered. It ends on its own: the mode lasts [`STEP_MODE`] at most, and a holder waits at
+//! most until the mode ends, so a forgotten demo cannot stall a sale for long.
+//!
+//! Shared through ZooKeeper flags (`state.demo`), so it works whichever instance holds the
+//! lock: `{product}-step-until-{unix ms}` turns the mode on, `{product}-next-{fence}`
+//! releases the holder whose fencing token that is.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::lock::{LockError, Recipe};
+use crate::state::AppState;
+
+/// The longest a step-through lasts once started.
+pub const STEP_MODE: Duration = Duration::from_secs(120);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn until_prefix(product_id: i64) -> String {
+    format!("{product_id}-step-until-")
+}
+
+fn next_flag(product_id: i64, token: i64) -> String {
+    format!("{product_id}-next-{token}")
+}
+
+/// When the product's step mode ends (unix ms), if it is on.
+pub fn until(state: &AppState, product_id: i64) -> Option<u64> {
+    let prefix = until_prefix(product_id);
+    let now = now_ms();
+    state
+        .demo
+        .all_raised()
+        .iter()
+        .filter_map(|flag| flag.strip_prefix(&prefix)?.parse::<u64>().ok())
+        .filter(|until| *until > now)
+        .max()
+}
+
+/// How long an order of the product waits for its lock: while stepping, as long as its
+/// request may last, so the queue stays in place between clicks.
+pub fn lock_timeout(state: &AppState, product_id: i64) -> Duration {
+    if stepping(state, product_id) {
+        state.config.request_timeout()
+    } else {
+        state.config.lock_timeout()
+    }
+}
+
+/// Turns step mode on (afresh) for [`STEP_MODE`]; returns when it ends (unix ms).
+pub async fn start(state: &AppState, product_id: i64) -> u64 {
+    lower_all(
+        state,
+        &[&until_prefix(product_id), &format!("{product_id}-next-")],
+    )
+    .await;
+    let until = now_ms() + STEP_MODE.as_millis() as u64;
+    state
+        .demo
+        .raise(&format!("{}{until}", until_prefix(product_id)))
+        .await;
+    until
+}
+
+/// Ends step mode and lets the current holder go.
+pub async fn stop(
+    state: &AppState,
+    product_id: i64,
+    recipe: Recipe,
+) -> Result<Option<i64>, LockError> {
+    lower_all(state, &[&until_prefix(product_id)]).await;
+    next(state, product_id, recipe).await
+}
+
+/// Releases the product's current holder; its fencing token, if anyone held the lock.
+pub async fn next(
+    state: &AppState,
+    product_id: i64,
+    recipe: Recipe,
+) -> Result<Option<i64>, LockError> {
+    let view = state
+        .zk
+        .queue(product_id, recipe)
+        .await
+        .map_err(|e| LockError::Unavailable(e.into()))?;
+    let Some(holder) = view.holder else {
+        return Ok(None);
+    };
+    state.demo.raise(&next_flag(product_id, holder.token)).await;
+    Ok(Some(holder.token))
+}
+
+/// For a lock holder whose write committed: if the product is stepping, waits for "next"
+/// (or the mode's end), then lets the lock go.
+pub async fn hold(state: &AppState, product_id: i64, token: i64) {
+    let Some(until) = until(state, product_id) else {
+        return;
+    };
+    let flag = next_flag(product_id, token);
+    let left = Duration::from_millis(until.saturating_sub(now_ms()));
+    tracing::info!(
+        product = product_id,
+        fence = token,
+        "step-through: holding the lock until next"
+    );
+    tokio::select! {
+        _ = state.demo.raised(&flag) => {}
+        _ = tokio::time::sleep(left) => {}
+    }
+    state.demo.lower(&flag).await;
+}
+
+async fn lower_all(state: &AppState, prefixes: &[&str]) {
+    for flag in state.demo.all_raised() {
+        if prefixes.iter().any(|p| flag.starts_with(p)) {
+            state.demo.lower(&flag).await;
+        }
+    }
+}
+
+/// Whether a holder of the product's lock should wait for "next" now.
+pub fn stepping(state: &AppState, product_id: i64) -> bool {
+    state.config.allow_unsafe_guards && until(state, product_id).is_some()
+}

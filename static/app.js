@@ -1,17 +1,31 @@
 // The teaching page: the shop, a two-lane flash-sale simulator, the live lock queue, herd vs
 // fair, and the crash/zombie demos. Plain ES module, no build step. Everything live comes
 // from one server-sent-events stream (/api/events); nothing here polls.
+// Every text comes from i18n.js by key; this file holds no user-visible sentence.
+
+import { t, tHtml, markup, has, escapeHtml as esc, locale, initI18n, onLanguageChange } from './i18n.js';
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const products = new Map(); // id -> product
 const lockStats = new Map(); // id -> {acquisitions, wakeups, orders}
+const logEntries = []; // newest first: {key, params, bad, at}, redrawn in the current language
 let queueProduct = null;
+let queueView = null; // the last lock view shown, redrawn on a language switch
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const fmtMoney = (cents) => (cents / 100).toLocaleString(undefined, { style: 'currency', currency: 'USD' });
+const fmtMoney = (cents) => (cents / 100).toLocaleString(locale(), { style: 'currency', currency: 'USD' });
 // Ratios: exact ones stay exact (1, not 1.00), so "a lock per order" reads as 1.
 const ratio = (n, d) => (d ? (Number.isInteger(n / d) ? String(n / d) : (n / d).toFixed(2)) : '–');
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+const statusName = (s) => (has(`status.${s}`) ? t(`status.${s}`) : s);
+
+// Texts drawn from data (results, verdicts, button states): each element keeps how it was
+// drawn, so a language switch redraws it in place from the same data.
+const drawings = new Map(); // element -> () => void
+function draw(el, render) {
+  drawings.set(el, render);
+  render();
+}
+const drawText = (el, text) => draw(el, () => (el.textContent = text()));
 
 async function api(path, options = {}) {
   const response = await fetch(path, options);
@@ -24,6 +38,20 @@ async function api(path, options = {}) {
   return { status: response.status, body, retryAfter: Number(response.headers.get('Retry-After') || 0) };
 }
 
+// An error answer, in the page's language: by its stable code; the server's (English)
+// message only for a code the dictionaries do not know.
+function errorHtml(status, body) {
+  const code = body?.error;
+  const message = code && has(`error.${code}`)
+    ? tHtml(`error.${code}`, { message: body.message ?? '' })
+    : esc(body?.message ?? t('error.no_answer'));
+  return tHtml('error.line', { status, code: markup(code ? `<code data-ident>${esc(code)}</code>` : ''), message: markup(message) });
+}
+const showError = (out, status, body) => draw(out, () => {
+  out.className = 'result err';
+  out.innerHTML = errorHtml(status, body);
+});
+
 function adminHeaders() {
   const token = $('#admin-token').value.trim();
   sessionStorage.setItem('seckill-admin', token);
@@ -34,9 +62,7 @@ function adminHeaders() {
 
 function renderProducts() {
   const list = [...products.values()].sort((a, b) => a.id - b.id);
-  $('#products').innerHTML = list.length
-    ? list.map(productCard).join('')
-    : '<p class="hint">No products yet: create one below (admin token), or run <code>scripts/demo</code>.</p>';
+  $('#products').innerHTML = list.length ? list.map(productCard).join('') : `<p class="hint">${t('shop.empty')}</p>`;
   fillSelect($('#buy-product'), list);
   for (const lane of document.querySelectorAll('.lane')) {
     fillSelect($('.lane-product', lane), list);
@@ -52,32 +78,43 @@ const batched = (p) => p.batch_max > 1 && p.guard !== 'none';
 
 // How the product is guarded, batching included: the difference the lanes compare.
 function guarding(p) {
-  if (p.guard === 'none') return 'no lock: each order alone, racing the others';
-  const cycle = locked(p) ? 'lock cycle' : 'transaction';
-  if (!batched(p)) return locked(p) ? 'a lock per order' : 'a transaction per order';
-  return `batched: up to ${p.batch_max} orders per ${cycle}`;
+  if (p.guard === 'none') return t('guarding.none');
+  if (!batched(p)) return t(locked(p) ? 'guarding.lock_per_order' : 'guarding.transaction_per_order');
+  return t('guarding.batched', { n: p.batch_max, cycle: t(locked(p) ? 'cycle.lock' : 'cycle.transaction') });
 }
 
-const shortGuarding = (p) => (batched(p) ? `${p.guard}, batched ≤${p.batch_max}` : locked(p) ? `${p.guard}, a lock per order` : p.guard);
+const shortGuarding = (p) =>
+  batched(p)
+    ? t('guarding.short_batched', { guard: p.guard, n: p.batch_max })
+    : locked(p) ? t('guarding.short_lock_per_order', { guard: p.guard }) : p.guard;
 // In a select the name comes first, and the demo set's names already say "a lock per order".
-const optionGuarding = (p) => (batched(p) ? `${p.guard}, batched ≤${p.batch_max}` : p.guard);
+const optionGuarding = (p) => (batched(p) ? t('guarding.short_batched', { guard: p.guard, n: p.batch_max }) : p.guard);
 
+// Product names and guard names are the server's identifiers: data-ident, never translated.
 function productCard(p) {
   const oversold = Math.max(0, p.sold - p.stocked_total);
   const pct = p.stocked_total ? Math.min(100, (100 * p.sold) / p.stocked_total) : 0;
+  const line = tHtml('product.line', {
+    price: fmtMoney(p.price_cents),
+    stock: markup(`<strong data-k="stock">${p.stock}</strong>`),
+    sold: markup(`<span data-k="sold">${p.sold}</span>`),
+    total: p.stocked_total,
+  });
   return `<article class="product" data-product="${p.id}" data-oversold="${oversold}">
-    <h3>${esc(p.name)}</h3>
-    <span class="badge guard-${esc(p.guard)}">${esc(p.guard)}</span>${p.sold_out ? '<span class="badge soldout">sold out</span>' : ''}
+    <h3 data-ident>${esc(p.name)}</h3>
+    <span class="badge guard-${esc(p.guard)}" data-ident>${esc(p.guard)}</span>${p.sold_out ? `<span class="badge soldout">${t('product.sold_out')}</span>` : ''}
     <div class="small" data-k="guarding" data-batch-max="${p.batch_max}">${esc(guarding(p))}</div>
-    <div class="bar" role="img" aria-label="${p.sold} of ${p.stocked_total} sold"><span style="width:${pct}%"></span></div>
-    <div>${fmtMoney(p.price_cents)} · <strong data-k="stock">${p.stock}</strong> left · <span data-k="sold">${p.sold}</span> sold of ${p.stocked_total}</div>
-    ${oversold ? `<div class="oversold">oversold by ${oversold}</div>` : ''}
+    <div class="bar" role="img" aria-label="${esc(t('product.bar', { sold: p.sold, total: p.stocked_total }))}"><span style="width:${pct}%"></span></div>
+    <div>${line}</div>
+    ${oversold ? `<div class="oversold">${t('product.oversold', { n: oversold })}</div>` : ''}
   </article>`;
 }
 
 function fillSelect(select, list) {
   const previous = select.value;
-  select.innerHTML = list.map((p) => `<option value="${p.id}">#${p.id} ${esc(p.name)} (${esc(optionGuarding(p))})</option>`).join('');
+  select.innerHTML = list
+    .map((p) => `<option value="${p.id}">${esc(t('product.option', { id: p.id, name: p.name, guarding: optionGuarding(p) }))}</option>`)
+    .join('');
   if (list.some((p) => String(p.id) === previous)) select.value = previous;
   else if (select.prefer) {
     const preferred = list.find(select.prefer);
@@ -98,8 +135,10 @@ async function loadProducts() {
 $('#buy').addEventListener('submit', async (event) => {
   event.preventDefault();
   const out = $('#buy-result');
-  out.className = 'result';
-  out.textContent = 'ordering…';
+  draw(out, () => {
+    out.className = 'result';
+    out.textContent = t('buy.ordering');
+  });
   const order = {
     product_id: Number($('#buy-product').value),
     user_id: $('#buy-user').value,
@@ -111,24 +150,26 @@ $('#buy').addEventListener('submit', async (event) => {
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': crypto.randomUUID() },
     body: JSON.stringify(order),
   });
-  if (status === 201) {
+  if (status !== 201) return showError(out, status, body);
+  draw(out, () => {
     out.className = 'result ok';
-    const wait = body.lock_wait_ms === null ? 'no lock' : `waited ${body.lock_wait_ms} ms for the lock`;
-    const fence = body.fence === null ? '' : `, fencing token ${body.fence}`;
-    out.innerHTML = `Order <span class="mono">${esc(body.id.slice(0, 8))}</span>: <strong data-status="${esc(body.status)}">${esc(body.status)}</strong> — ${wait}${fence}${servedWith(body)}.`;
-  } else {
-    out.className = 'result err';
-    out.textContent = `${status} ${body?.error ?? ''}: ${body?.message ?? 'no answer'}`;
-  }
+    out.innerHTML = tHtml('buy.ok', {
+      id: markup(`<span class="mono" data-ident>${esc(body.id.slice(0, 8))}</span>`),
+      status: markup(`<strong data-status="${esc(body.status)}">${esc(statusName(body.status))}</strong>`),
+      wait: body.lock_wait_ms === null ? t('buy.no_lock') : t('buy.waited', { ms: body.lock_wait_ms }),
+      fence: body.fence === null ? '' : t('buy.fence', { fence: body.fence }),
+      batch: markup(servedWith(body)),
+    });
+  });
 });
 
 // The order's batch: how many orders the lock cycle (or transaction) that decided it served.
 function servedWith(order) {
   const n = order.batch_size;
   if (n === null || n === undefined) return '';
-  const cycle = order.fence === null ? 'transaction' : 'lock cycle';
-  const text = n === 1 ? `, in its own ${cycle}` : `, served in a ${cycle} with ${n} orders`;
-  return `<span data-batch-size="${n}">${text}</span>`;
+  const cycle = t(order.fence === null ? 'cycle.transaction' : 'cycle.lock');
+  const text = n === 1 ? t('buy.own_cycle', { cycle }) : t('buy.shared_cycle', { cycle, n });
+  return `<span data-batch-size="${n}">${esc(text)}</span>`;
 }
 
 $('#create').addEventListener('submit', async (event) => {
@@ -140,7 +181,8 @@ $('#create').addEventListener('submit', async (event) => {
     method: 'POST',
     headers: adminHeaders(),
     body: JSON.stringify({
-      name: `Flash sale ${new Date().toLocaleTimeString()}`,
+      // The name is data from here on: it stays in the language it was created in.
+      name: t('create.name', { time: new Date().toLocaleTimeString(locale()) }),
       price_cents: 999,
       stock: Number($('#new-stock').value),
       guard,
@@ -148,15 +190,13 @@ $('#create').addEventListener('submit', async (event) => {
       ...(batch && guard !== 'none' ? { batch_max: Number(batch) } : {}),
     }),
   });
-  if (status === 201) {
-    products.set(body.id, body);
-    renderProducts();
+  if (status !== 201) return showError(out, status, body);
+  products.set(body.id, body);
+  renderProducts();
+  draw(out, () => {
     out.className = 'result ok';
-    out.textContent = `Created product #${body.id} (${guard}, ${guarding(body)}).`;
-  } else {
-    out.className = 'result err';
-    out.textContent = `${status} ${body?.error ?? ''}: ${body?.message ?? ''}`;
-  }
+    out.textContent = t('create.ok', { id: body.id, guard, guarding: guarding(body) });
+  });
 });
 
 // ---------------------------------------------------------------- simulator
@@ -193,13 +233,18 @@ for (const [name, [forA, forB]] of Object.entries(presets)) {
     for (const lane of document.querySelectorAll('.lane')) showLaneGuarding(lane);
     const out = $('#preset-result');
     out.className = pa && pb ? 'result' : 'result err';
-    out.textContent = pa && pb ? '' : 'No product for one of the lanes: create one above (admin).';
+    drawText(out, () => (pa && pb ? '' : t('presets.missing')));
   });
 }
+
+let selling = false;
+drawText($('#sim-run'), () => t(selling ? 'sim.running' : 'sim.run'));
 
 $('#sim-run').addEventListener('click', async () => {
   const button = $('#sim-run');
   button.disabled = true;
+  selling = true;
+  drawings.get(button)();
   const buyers = Math.max(1, Math.min(1000, Number($('#sim-buyers').value) || 1));
   const lanes = [...document.querySelectorAll('.lane')];
   const chosen = new Set();
@@ -211,6 +256,8 @@ $('#sim-run').addEventListener('click', async () => {
       return runLane(lane, id, buyers);
     }),
   );
+  selling = false;
+  drawings.get(button)();
   button.disabled = false;
 });
 
@@ -218,16 +265,17 @@ async function runLane(lane, productId, buyers) {
   const stats = { paid: 0, sold_out: 0, retried: 0, other: 0 };
   const progress = $('progress', lane);
   const verdict = $('.verdict', lane);
+  const field = (k) => $(`[data-k="${k}"]`, lane);
   verdict.className = 'verdict';
-  verdict.textContent = 'selling…';
+  drawText(verdict, () => t('verdict.selling'));
   lane.dataset.state = 'running';
   progress.max = buyers;
   let answered = 0;
   const show = () => {
-    for (const [k, v] of Object.entries(stats)) $(`[data-k="${k}"]`, lane).textContent = v;
+    for (const [k, v] of Object.entries(stats)) field(k).textContent = v;
     progress.value = answered;
   };
-  for (const k of ['elapsed', 'rate', 'per_cycle']) $(`[data-k="${k}"]`, lane).textContent = '…';
+  for (const k of ['elapsed', 'rate', 'per_cycle']) drawText(field(k), () => '…');
   const run = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
   // This instance's counters before the sale: the lane reports only what its sale added.
   const before = await lockView(productId);
@@ -240,34 +288,34 @@ async function runLane(lane, productId, buyers) {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  $('[data-k="elapsed"]', lane).textContent = `${seconds.toFixed(2)} s`;
-  $('[data-k="rate"]', lane).textContent = (buyers / seconds).toFixed(1);
+  drawText(field('elapsed'), () => t('stats.seconds', { s: seconds.toFixed(2) }));
+  drawText(field('rate'), () => (buyers / seconds).toFixed(1));
   const after = await lockView(productId);
-  const perCycle = $('[data-k="per_cycle"]', lane);
   if (before && after) {
     const orders = after.stats.orders - before.stats.orders;
     const cycles = after.stats.acquisitions - before.stats.acquisitions;
-    perCycle.textContent = ratio(orders, cycles);
+    drawText(field('per_cycle'), () => ratio(orders, cycles));
     lane.dataset.perCycle = cycles ? String(orders / cycles) : '';
   } else {
-    perCycle.textContent = 'no lock';
+    drawText(field('per_cycle'), () => t('stats.no_lock'));
     lane.dataset.perCycle = '';
   }
   const { body: audit } = await api(`/api/products/${productId}/audit`);
   lane.dataset.oversold = audit.oversold;
   lane.dataset.state = 'done';
+  const counts = { sold: audit.sold, total: audit.stocked_total, oversold: audit.oversold };
   if (audit.oversold > 0) {
     verdict.className = 'verdict bad';
-    verdict.textContent = `OVERSOLD: ${audit.sold} sold of ${audit.stocked_total} — ${audit.oversold} oversold, books inconsistent`;
-    log(`Product #${productId} oversold by ${audit.oversold}: ${audit.sold} sold of ${audit.stocked_total}.`, true);
+    drawText(verdict, () => t('verdict.oversold', counts));
+    log('log.oversold', { id: productId, ...counts }, true);
   } else if (!audit.consistent) {
     // Not oversold yet, but lost updates already: more sales than the stock went down by.
     const taken = audit.stocked_total - audit.stock;
     verdict.className = 'verdict bad';
-    verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold yet, but INCONSISTENT: the stock went down by ${taken} for ${audit.sold} sales (${audit.sold - taken} lost updates)`;
+    drawText(verdict, () => t('verdict.inconsistent', { ...counts, taken, lost: audit.sold - taken }));
   } else {
     verdict.className = 'verdict ok';
-    verdict.textContent = `${audit.sold} sold of ${audit.stocked_total} — 0 oversold, consistent`;
+    drawText(verdict, () => t('verdict.ok', counts));
   }
   refreshLockStats(productId);
 }
@@ -320,9 +368,10 @@ async function refreshLockStats(id) {
 }
 
 function renderQueue(view) {
+  queueView = view;
   const queue = $('#queue');
   if (!view) {
-    queue.innerHTML = '<li class="empty">Pick a product guarded by a ZooKeeper lock.</li>';
+    queue.innerHTML = `<li class="empty">${t('queue.pick')}</li>`;
     return;
   }
   lockStats.set(view.product_id, view.stats);
@@ -332,23 +381,29 @@ function renderQueue(view) {
   if (view.holder) tickets.push(ticket(view.holder, true, view.recipe));
   for (const w of view.waiters) tickets.push(ticket(w, false, view.recipe));
   if (view.recipe === 'herd' && view.waiting_here > 1) {
-    tickets.push(`<li class="ticket waiting herd"><div class="num">${view.waiting_here - (view.holder ? 1 : 0)}</div>buyers here, all watching the one node</li>`);
+    tickets.push(`<li class="ticket waiting herd"><div class="num">${view.waiting_here - (view.holder ? 1 : 0)}</div>${t('queue.crowd')}</li>`);
   }
-  queue.innerHTML = tickets.length ? tickets.join('') : '<li class="empty">Nobody holds the lock: the queue is empty.</li>';
-  const more = view.nodes > view.waiters.length + (view.holder ? 1 : 0) ? ` (${view.nodes} nodes in all)` : '';
+  queue.innerHTML = tickets.length ? tickets.join('') : `<li class="empty">${t('queue.empty')}</li>`;
+  renderStep(view);
   const s = view.stats;
   const p = products.get(view.product_id);
-  const nodes = p && batched(p) ? ' · batched: one node per instance, serving its queued orders' : '';
-  $('#queue-stats').textContent =
-    `${view.recipe === 'fair' ? 'Fair queue' : 'Herd lock'}${more}${nodes} · this instance: ${s.acquisitions} acquisitions, ${s.wakeups} watch wake-ups, ${s.orders} orders (${ratio(s.orders, s.acquisitions)} per lock cycle).`;
+  $('#queue-stats').textContent = t('queue.stats', {
+    recipe: t(view.recipe === 'fair' ? 'queue.fair' : 'queue.herd'),
+    all: view.nodes > view.waiters.length + (view.holder ? 1 : 0) ? t('queue.all_nodes', { n: view.nodes }) : '',
+    batched: p && batched(p) ? t('queue.batched') : '',
+    acquisitions: s.acquisitions,
+    wakeups: s.wakeups,
+    orders: s.orders,
+    ratio: ratio(s.orders, s.acquisitions),
+  });
 }
 
-function ticket(t, holding, recipe) {
-  const number = t.seq === null ? 'lock' : `#${t.seq}`;
-  const watches = t.watches ? `<div class="watch">watches #${Number(t.watches.split('lock-')[1])}</div>` : '';
-  const role = holding ? 'holds the lock' : recipe === 'fair' ? 'waiting' : '';
+function ticket(tk, holding, recipe) {
+  const number = tk.seq === null ? t('ticket.lock') : `#${tk.seq}`;
+  const watches = tk.watches ? `<div class="watch">${t('ticket.watches', { seq: Number(tk.watches.split('lock-')[1]) })}</div>` : '';
+  const role = holding ? t('ticket.holds') : recipe === 'fair' ? t('ticket.waiting') : '';
   return `<li class="ticket ${holding ? 'holding' : 'waiting'}"><div class="num">${number}</div><div>${role}</div>${watches}
-    <div class="small mono" title="owner">${esc(t.owner)}</div><div class="small">token ${t.token}</div></li>`;
+    <div class="small mono" title="${esc(t('ticket.owner'))}" data-ident>${esc(tk.owner)}</div><div class="small">${tHtml('ticket.token', { token: tk.token })}</div></li>`;
 }
 
 function renderHerd() {
@@ -359,8 +414,86 @@ function renderHerd() {
       const per = s.acquisitions ? (s.wakeups / s.acquisitions).toFixed(2) : '–';
       return `<tr data-product="${id}" data-guard="${esc(p.guard)}"><td>#${id}</td><td>${esc(shortGuarding(p))}</td><td>${s.acquisitions}</td><td>${s.wakeups}</td><td data-k="per">${per}</td><td data-k="per_cycle">${ratio(s.orders, s.acquisitions)}</td></tr>`;
     });
-  $('#herd-rows').innerHTML = rows.join('') || '<tr><td colspan="6" class="small">Run a sale on a zk or zk-herd product.</td></tr>';
+  $('#herd-rows').innerHTML = rows.join('') || `<tr><td colspan="6" class="small">${t('herd.empty')}</td></tr>`;
 }
+
+// ---------------------------------------------------------------- step-through
+
+// The step-through sale on the queue's product: `click` counts Nexts, `base` is this
+// instance's wake-up count when the last one was clicked (the queue was standing still then),
+// `start` its count when the step-through began. The lock views that follow say who holds
+// now and how many waiters woke.
+let step = null; // {product, click, released, base, start}
+
+async function stepAction(action) {
+  const out = $('#step-result');
+  const id = queueProduct;
+  if (!id) return drawText(out, () => t('step.pick'));
+  const wakeups = queueView?.product_id === id ? queueView.stats.wakeups : 0;
+  const { status, body } = await api(`/api/products/${id}/step`, {
+    method: 'POST',
+    headers: adminHeaders(),
+    body: JSON.stringify({ action }),
+  });
+  if (status !== 202) return showError(out, status, body);
+  out.className = 'result ok';
+  if (action === 'start') {
+    step = { product: id, click: 0, released: null, base: wakeups, start: wakeups };
+    drawText($('#step-woke'), () => '');
+    drawText(out, () => t('step.started', { id }));
+  } else if (action === 'stop') {
+    step = null;
+    drawText(out, () => t('step.stopped'));
+  } else if (body.released === null) {
+    drawText(out, () => t('step.nobody'));
+  } else {
+    if (step?.product === id) Object.assign(step, { click: step.click + 1, released: body.released, base: wakeups });
+    drawText(out, () => t('step.released', { token: body.released }));
+  }
+}
+
+// Shows who woke since the last Next, once a new holder holds.
+function renderStep(view) {
+  if (!step || step.released === null || view.product_id !== step.product) return;
+  if (!view.holder || view.holder.token === step.released) return;
+  const out = $('#step-woke');
+  const woke = view.stats.wakeups - step.base;
+  const total = view.stats.wakeups - step.start;
+  out.dataset.click = step.click;
+  out.dataset.woke = woke;
+  out.dataset.total = total;
+  const click = step.click;
+  const seq = view.holder.seq ?? '';
+  drawText(out, () => t(view.recipe === 'fair' ? 'step.woke_fair' : 'step.woke_herd', { click, woke, seq, total }));
+}
+
+for (const action of ['start', 'next', 'stop']) {
+  $(`#step-${action}`).addEventListener('click', () => stepAction(action));
+}
+
+$('#step-queue').addEventListener('click', async () => {
+  const id = queueProduct;
+  if (!id) return drawText($('#step-result'), () => t('step.pick'));
+  const out = $('#step-queued');
+  const n = Math.max(1, Math.min(20, Number($('#step-buyers').value) || 1));
+  const stats = { paid: 0, sold_out: 0, retried: 0, other: 0 };
+  let answered = 0;
+  out.className = 'result ok';
+  const show = () => {
+    out.dataset.answered = answered;
+    drawText(out, () => t('step.queued', { id, n, answered }));
+  };
+  show();
+  const stamp = Date.now();
+  await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      buyer(id, `step-${stamp}-${i}`, stats).then(() => {
+        answered += 1;
+        show();
+      }),
+    ),
+  );
+});
 
 // ---------------------------------------------------------------- demos
 
@@ -373,32 +506,42 @@ for (const mode of ['zombie', 'crash']) {
       headers: adminHeaders(),
       body: JSON.stringify({ mode }),
     });
-    out.className = status === 202 ? 'result ok' : 'result err';
-    out.textContent = status === 202
-      ? `Armed: the next buyer to hold product #${id}'s lock will act out the ${mode}. Start a sale on it.`
-      : `${status} ${body?.error ?? ''}: ${body?.message ?? ''}`;
+    if (status !== 202) return showError(out, status, body);
+    out.className = 'result ok';
+    drawText(out, () => t(`demo.armed_${mode}`, { id }));
   });
 }
 
 // ---------------------------------------------------------------- live events
 
-function log(text, bad = false) {
-  const item = document.createElement('li');
-  item.className = bad ? 'bad' : '';
-  item.textContent = `${new Date().toLocaleTimeString()} ${text}`;
-  $('#log').prepend(item);
-  while ($('#log').children.length > 100) $('#log').lastChild.remove();
+// Log lines are kept as keys and params, so a language switch redraws the ones already shown.
+function log(key, params, bad = false) {
+  logEntries.unshift({ key, params, bad, at: new Date() });
+  logEntries.length = Math.min(logEntries.length, 100);
+  renderLog();
 }
+
+function renderLog() {
+  $('#log').replaceChildren(
+    ...logEntries.map(({ key, params, bad, at }) => {
+      const item = document.createElement('li');
+      item.className = bad ? 'bad' : '';
+      item.textContent = `${at.toLocaleTimeString(locale())} ${t(key, params)}`;
+      return item;
+    }),
+  );
+}
+
+const live = (on, key) => {
+  $('#live-dot').classList.toggle('on', on);
+  drawText($('#live-text'), () => t(key));
+};
 
 function connect() {
   const events = new EventSource('/api/events');
-  events.onopen = () => {
-    $('#live-dot').classList.add('on');
-    $('#live-text').textContent = 'live';
-  };
+  events.onopen = () => live(true, 'live.on');
   events.onerror = () => {
-    $('#live-dot').classList.remove('on');
-    $('#live-text').textContent = 'reconnecting…';
+    live(false, 'live.reconnecting');
     // A stream that ends (the server ends each after --event-stream-max-s) is reopened by
     // the browser; a refused one (503 too_busy: the instance is at its stream cap) is not,
     // so try again ourselves, a little later and not all at once.
@@ -410,7 +553,7 @@ function connect() {
     const p = JSON.parse(e.data);
     const before = products.get(p.id);
     products.set(p.id, p);
-    if (before && !before.sold_out && p.stock === 0) log(`Product #${p.id} sold out.`);
+    if (before && !before.sold_out && p.stock === 0) log('log.sold_out', { id: p.id });
     renderProducts();
   });
   events.addEventListener('queue', (e) => {
@@ -421,26 +564,30 @@ function connect() {
   });
   events.addEventListener('demo', (e) => {
     const d = JSON.parse(e.data);
+    const id = d.product_id;
     if (d.kind === 'zombie' && d.write === 'accepted') {
-      log(`Zombie on product #${d.product_id}: nobody took the lock over while it stalled, so its token ${d.stale_token} was still the newest and its write was accepted. Arm it again and start more buyers.`);
+      log('log.zombie_accepted', { id, token: d.stale_token });
     } else if (d.kind === 'zombie') {
-      log(`Zombie on product #${d.product_id}: it held token ${d.stale_token}, its session ended, token ${d.current_token} took over — its stock write was rejected by the fence. Nothing oversold.`, true);
+      log('log.zombie_rejected', { id, stale: d.stale_token, current: d.current_token }, true);
     } else if (d.kind === 'crash') {
-      log(`Crash on product #${d.product_id}: the holder with token ${d.token} vanished with its session; its node was deleted and the queue moved on.`, true);
+      log('log.crash', { id, token: d.token }, true);
     }
   });
 }
 
 // ---------------------------------------------------------------- language
 
-for (const button of document.querySelectorAll('.lang button')) {
-  button.addEventListener('click', () => {
-    for (const b of document.querySelectorAll('.lang button')) b.setAttribute('aria-pressed', String(b === button));
-    for (const block of document.querySelectorAll('[data-text]')) block.hidden = block.dataset.text !== button.dataset.lang;
-  });
-}
+// Static texts are redrawn by i18n.js itself; everything drawn from data is redrawn here.
+onLanguageChange(() => {
+  for (const render of drawings.values()) render();
+  renderProducts();
+  renderQueue(queueView);
+  renderLog();
+});
 
+initI18n(); // after the lanes' stats were cloned from their template, so they get translated
 $('#admin-token').value = sessionStorage.getItem('seckill-admin') || '';
+live(false, 'live.connecting');
 renderQueue(null);
 connect();
 loadProducts();

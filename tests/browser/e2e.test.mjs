@@ -6,7 +6,8 @@
 //   SECKILL_BIN      the server binary
 //   E2E_DATABASE_URL a fresh database for this run
 //   SECKILL_ZK       ZooKeeper connect string
-// Screenshots go to tests/browser/screenshots/ (git-ignored).
+// Screenshots go to tests/browser/screenshots/ (git-ignored); page-en.png and page-zh.png (and
+// their -phone versions, 390 px wide) show the whole page in each language.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -226,6 +227,63 @@ test('the zombie demo shows the fence rejecting the stale write', async () => {
   assert.match(await page.textContent('#lane-a .verdict'), /0 oversold, consistent/);
   await page.screenshot({ path: join(shots, 'zombie.png'), fullPage: true });
   await page.close();
+});
+
+// The step-through sale: hold each lock, queue four buyers, click Next three times. `woken`
+// is how many waiters each click must wake; the page shows each click's count (waited for),
+// and the instance's settled total must be exactly their sum (a lock that wakes more fails,
+// whenever the extra wakes come).
+async function stepThrough(guard, woken, lang) {
+  const id = await createProduct(a, 10, guard, 1);
+  const page = await openPage(a);
+  if (lang === 'zh') await page.click('.lang [data-lang="zh"]');
+  await page.locator(`.product[data-product="${id}"]`).waitFor();
+  await page.click('summary');
+  await page.fill('#admin-token', ADMIN);
+  await page.selectOption('#queue-product', String(id));
+  await page.click('#step-start');
+  await page.locator('#step-result.ok').waitFor();
+  await page.fill('#step-buyers', '4');
+  await page.click('#step-queue');
+  // Frozen: one holder, three waiting (fair: three tickets; herd: a crowd of three).
+  await page.locator('#queue .ticket.holding').waitFor({ timeout: 15_000 });
+  if (guard === 'zk') {
+    await page.waitForFunction(() => document.querySelectorAll('#queue .ticket.waiting').length === 3);
+  } else {
+    await page.locator('#queue .ticket.herd .num', { hasText: '3' }).waitFor({ timeout: 15_000 });
+  }
+  await page.screenshot({ path: join(shots, `step-${guard}-${lang}-frozen.png`), fullPage: true });
+  for (let click = 1; click <= 3; click += 1) {
+    await page.click('#step-next');
+    await page.waitForFunction(
+      ([c, n]) => {
+        const out = document.querySelector('#step-woke');
+        return out.dataset.click === String(c) && Number(out.dataset.woke) >= n;
+      },
+      [click, woken[click - 1]],
+      { timeout: 15_000 },
+    );
+  }
+  const shown = await page.textContent('#step-woke');
+  await page.screenshot({ path: join(shots, `step-${guard}-${lang}.png`), fullPage: true });
+  await page.click('#step-stop');
+  await page.locator('#step-queued[data-answered="4"]').waitFor({ timeout: 15_000 });
+  const view = await (await fetch(`${a}/api/products/${id}/lock`)).json();
+  assert.equal(view.stats.wakeups, woken.reduce((x, y) => x + y), 'wake-ups over the three clicks');
+  const audit = await (await fetch(`${a}/api/products/${id}/audit`)).json();
+  assert.deepEqual([audit.sold, audit.consistent], [4, true], 'stepping changed nothing sold');
+  await page.close();
+  return shown;
+}
+
+test('step-through on a zk product: each Next wakes exactly one waiter', async () => {
+  const shown = await stepThrough('zk', [1, 1, 1], 'en');
+  assert.match(shown, /Click 3: 1 waiter woke/);
+});
+
+test('step-through on a zk-herd product, in 中文: each Next wakes every waiter', async () => {
+  const shown = await stepThrough('zk-herd', [3, 2, 1], 'zh');
+  assert.match(shown, /第 3 次：一次释放唤醒了 1 个等待者/);
 });
 
 test('the page fits a phone screen', async () => {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{parse_id, require_admin, Json, Path};
 use crate::error::{AppError, ErrorBody};
 use crate::inventory::{self, Audit, NewProduct, Product};
-use crate::lock::QueueView;
+use crate::lock::{QueueView, Recipe};
 use crate::orders::demo::Demo;
 use crate::orders::step as stepping;
 use crate::state::AppState;
@@ -168,6 +168,24 @@ pub(super) struct ArmDemo {
     mode: Demo,
 }
 
+/// The product a teaching hook (demo, step-through) acts on, and its lock's recipe: admin
+/// only, on a server that allows unsafe demos, and a product whose guard takes a lock.
+async fn demo_target(
+    state: &AppState,
+    headers: &HeaderMap,
+    raw_id: &str,
+) -> Result<(Product, Recipe), AppError> {
+    require_admin(&state.config, headers)?;
+    if !state.config.allow_unsafe_guards {
+        return Err(AppError::DemoDisabled);
+    }
+    let product = find(state, raw_id).await?;
+    match product.guard.recipe() {
+        Some(recipe) => Ok((product, recipe)),
+        None => Err(AppError::NoLock(product.id, product.guard.as_str())),
+    }
+}
+
 /// Arms a one-shot demo for the product's next lock holder, on whichever instance it runs.
 #[utoipa::path(post, path = "/api/products/{id}/demo", operation_id = "armDemo", tag = "teaching", security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
     request_body = ArmDemo,
@@ -184,14 +202,7 @@ async fn demo(
     Path(id): Path<String>,
     Json(arm): Json<ArmDemo>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), AppError> {
-    require_admin(&state.config, &headers)?;
-    if !state.config.allow_unsafe_guards {
-        return Err(AppError::DemoDisabled);
-    }
-    let product = find(&state, &id).await?;
-    if product.guard.recipe().is_none() {
-        return Err(AppError::NoLock(product.id, product.guard.as_str()));
-    }
+    let (product, _) = demo_target(&state, &headers, &id).await?;
     state.demo.raise(&arm.mode.flag(product.id)).await;
     let body = serde_json::json!({ "product_id": product.id, "armed": arm.mode });
     Ok((StatusCode::ACCEPTED, Json(body)))
@@ -244,14 +255,7 @@ async fn step(
     Path(id): Path<String>,
     Json(request): Json<StepRequest>,
 ) -> Result<(StatusCode, Json<StepState>), AppError> {
-    require_admin(&state.config, &headers)?;
-    if !state.config.allow_unsafe_guards {
-        return Err(AppError::DemoDisabled);
-    }
-    let product = find(&state, &id).await?;
-    let Some(recipe) = product.guard.recipe() else {
-        return Err(AppError::NoLock(product.id, product.guard.as_str()));
-    };
+    let (product, recipe) = demo_target(&state, &headers, &id).await?;
     let released = match request.action {
         StepAction::Start => {
             stepping::start(&state, product.id).await;

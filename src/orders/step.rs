@@ -36,11 +36,14 @@ fn next_flag(product_id: i64, token: i64) -> String {
 
 /// When the product's step mode ends (unix ms), if it is on.
 pub fn until(state: &AppState, product_id: i64) -> Option<u64> {
+    live_until(&state.demo.all_raised(), product_id, now_ms())
+}
+
+/// The latest end among the product's step flags that is still ahead of `now`: a mode whose
+/// time is up is off, whether or not anyone lowered its flag.
+fn live_until(flags: &[String], product_id: i64, now: u64) -> Option<u64> {
     let prefix = until_prefix(product_id);
-    let now = now_ms();
-    state
-        .demo
-        .all_raised()
+    flags
         .iter()
         .filter_map(|flag| flag.strip_prefix(&prefix)?.parse::<u64>().ok())
         .filter(|until| *until > now)
@@ -131,4 +134,26 @@ async fn lower_all(state: &AppState, prefixes: &[&str]) {
 /// Whether a holder of the product's lock should wait for "next" now.
 pub fn stepping(state: &AppState, product_id: i64) -> bool {
     state.config.allow_unsafe_guards && until(state, product_id).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_mode_ends_on_its_own_when_its_time_is_up() {
+        let flags: Vec<String> = [
+            "7-step-until-1000",
+            "7-step-until-2000",
+            "8-step-until-9000",
+            "7-crash",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(live_until(&flags, 7, 500), Some(2000));
+        assert_eq!(live_until(&flags, 7, 1500), Some(2000));
+        assert_eq!(live_until(&flags, 7, 2000), None, "over at its end");
+        assert_eq!(live_until(&flags, 9, 0), None, "another product's mode");
+        assert_eq!(live_until(&flags, 8, 2000), Some(9000));
+    }
 }

@@ -417,6 +417,15 @@ pub async fn three_instances(env: &TestEnv, extra: &[&str]) -> (Vec<ServerProces
     (servers, urls)
 }
 
+/// The product's lock view on that instance (`GET /api/products/{id}/lock`), which must answer.
+pub async fn lock_view(base: &str, product: i64) -> Value {
+    let reply = send(http().get(format!("{base}/api/products/{product}/lock")))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    reply.body
+}
+
 pub async fn audit(base_url: &str, product_id: i64) -> Value {
     let reply = send(http().get(format!("{base_url}/api/products/{product_id}/audit")))
         .await

@@ -20,13 +20,6 @@ async fn step(base: &str, product: i64, action: &str) -> Reply {
     .unwrap()
 }
 
-async fn lock_view(base: &str, product: i64) -> Value {
-    send(http().get(format!("{base}/api/products/{product}/lock")))
-        .await
-        .unwrap()
-        .body
-}
-
 /// The lock view once it shows a holder and `waiting` buyers queued on this instance
 /// (holder included in `waiting_here`).
 async fn frozen_with(base: &str, product: i64, waiting: u64) -> Value {

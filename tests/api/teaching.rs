@@ -56,14 +56,6 @@ async fn subscribe(base: &str) -> reqwest::Response {
     response
 }
 
-async fn lock_view(base: &str, product: i64) -> Value {
-    let reply = send(http().get(format!("{base}/api/products/{product}/lock")))
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
-    reply.body
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_lock_view_shows_the_holder_and_each_waiter_watching_its_predecessor() {
     let env = TestEnv::new().await;

@@ -142,6 +142,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAYMENT_FAILURE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub payment_failure_rate: f64,
 
+    /// Charges in flight at the payment provider, at most, across every instance: a
+    /// ZooKeeper semaphore (Curator's InterProcessSemaphoreV2 layout) every instance must
+    /// start with the same N. 0, the default, turns it off. A charge that gets no lease
+    /// before its request's deadline is not made: 503 `payment_busy`, units stay reserved.
+    #[arg(long, env = "SECKILL_PAYMENT_CONCURRENCY", default_value_t = 0)]
+    pub payment_concurrency: usize,
+
     /// Put demo products on sale if there are none yet: a keyboard guarded by the ZooKeeper
     /// lock, and (with --allow-unsafe-guards) the same unguarded and under the naive herd
     /// lock, to compare; without it, under pg-atomic.

@@ -41,6 +41,10 @@ pub enum AppError {
     /// 404: the product's guard takes no lock, so it has no lock queue (or demo) to show.
     #[error("product {0} uses the {1} guard, which takes no lock")]
     NoLock(i64, &'static str),
+    /// 404: the server bounds no payments (`--payment-concurrency` 0), so it has no
+    /// semaphore to show or hold.
+    #[error("this server has no payment semaphore: start it with --payment-concurrency N")]
+    NoSemaphore,
     /// 422: well-formed, but against the product's terms or limits (a quantity over its
     /// `max_per_order`, a restock past its lifetime stock): the message says which.
     #[error("{0}")]
@@ -98,6 +102,10 @@ pub enum AppError {
     /// 503: the lock was lost (session expired, a newer holder fenced us out). Nothing changed.
     #[error("the product's lock was lost before the stock write; nothing changed, try again")]
     LockLost { order_id: Option<Uuid> },
+    /// 503: no payment semaphore lease came free before the request's deadline
+    /// (`--payment-concurrency`): nothing was charged, the units stay reserved.
+    #[error("the payment provider is at its limit of charges in flight; nothing was charged and the units stay reserved: pay with POST /orders/{order_id}/pay before the reservation expires")]
+    PaymentBusy { order_id: Uuid },
     /// 503: PostgreSQL or ZooKeeper is unreachable or too slow.
     #[error("a backing service is unavailable, try again")]
     Unavailable(#[source] anyhow::Error),
@@ -121,7 +129,7 @@ pub struct ErrorBody<'a> {
 }
 
 /// Every code [`AppError::code`] can answer, in the README's order.
-pub const CODES: [&str; 27] = [
+pub const CODES: [&str; 28] = [
     "invalid_request",
     "unauthorized",
     "payment_failed",
@@ -147,6 +155,7 @@ pub const CODES: [&str; 27] = [
     "rate_limited",
     "lock_timeout",
     "lock_lost",
+    "payment_busy",
     "unavailable",
     "internal",
 ];
@@ -163,7 +172,7 @@ impl AppError {
             Unauthorized => StatusCode::UNAUTHORIZED,
             PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             AdminDisabled | DemoDisabled => StatusCode::FORBIDDEN,
-            UnknownProduct(_) | OrderNotFound(_) | RouteNotFound | NoLock(..) => {
+            UnknownProduct(_) | OrderNotFound(_) | RouteNotFound | NoLock(..) | NoSemaphore => {
                 StatusCode::NOT_FOUND
             }
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -178,9 +187,11 @@ impl AppError {
             TooBusy | RateLimited => StatusCode::TOO_MANY_REQUESTS,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            LockTimeout { .. } | LockLost { .. } | Unavailable(_) | Overloaded(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            LockTimeout { .. }
+            | LockLost { .. }
+            | PaymentBusy { .. }
+            | Unavailable(_)
+            | Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -197,7 +208,7 @@ impl AppError {
             UnknownProduct(_) => "unknown_product",
             OrderNotFound(_) => "order_not_found",
             RouteNotFound => "not_found",
-            NoLock(..) => "no_lock",
+            NoLock(..) | NoSemaphore => "no_lock",
             Unprocessable(_) => "unprocessable",
             MethodNotAllowed => "method_not_allowed",
             SoldOut { .. } => "sold_out",
@@ -214,6 +225,7 @@ impl AppError {
             UnsupportedMediaType => "unsupported_media_type",
             LockTimeout { .. } => "lock_timeout",
             LockLost { .. } => "lock_lost",
+            PaymentBusy { .. } => "payment_busy",
             Unavailable(_) => "unavailable",
             Internal(_) => "internal",
         }
@@ -225,6 +237,7 @@ impl AppError {
             PaymentFailed { order_id }
             | ReservationExpired { order_id }
             | PaymentInProgress { order_id }
+            | PaymentBusy { order_id }
             | NotPayable { order_id } => Some(*order_id),
             SoldOut { order_id }
             | PurchaseLimit { order_id }
@@ -396,6 +409,8 @@ mod tests {
             AppError::UnsupportedMediaType,
             AppError::LockTimeout { order_id: None },
             AppError::LockLost { order_id: None },
+            AppError::PaymentBusy { order_id: id },
+            AppError::NoSemaphore,
             AppError::Unavailable(anyhow::anyhow!("x")),
             AppError::Internal(anyhow::anyhow!("x")),
         ];
@@ -420,6 +435,7 @@ mod tests {
         for err in [
             AppError::LockTimeout { order_id: Some(id) },
             AppError::LockLost { order_id: None },
+            AppError::PaymentBusy { order_id: id },
             AppError::Unavailable(anyhow::anyhow!("db down")),
         ] {
             let code = err.code();

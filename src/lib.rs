@@ -11,7 +11,9 @@
 //!   domain below; nothing below uses it.
 //! - [`orders`]: the order flow and its statuses, payment, the expiry sweep, the demos.
 //! - [`inventory`]: products, the audit, and stock changes under each guard.
-//! - [`lock`]: the ZooKeeper session and the fair, fenced per-product lock.
+//! - [`lock`]: the ZooKeeper session, the fair, fenced per-product lock, and Curator's other
+//!   recipes (semaphore, read-write lock, reentrancy).
+//! - [`lab`]: the teaching page's lock lab (holders of real leases and terms locks).
 //! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
 //! - [`idempotency`]: `Idempotency-Key` replay for orders.
 //! - [`integer`]: request integers as JSON Schema counts them (`3.0` is `3`).
@@ -28,6 +30,7 @@ pub mod http;
 pub mod idempotency;
 pub mod integer;
 pub mod inventory;
+pub mod lab;
 pub mod lock;
 pub mod orders;
 pub mod payment;

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+use crate::telemetry::metrics;
+
 #[derive(Clone, Debug)]
 pub struct Provider {
     /// How long a charge takes.
@@ -11,24 +15,33 @@ pub struct Provider {
     pub failure_rate: f64,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum Charge {
-    Approved { reference: String },
-    Declined { reference: String },
+/// The provider's answer to one charge, with when it started and ended at the provider:
+/// kept with the payment, they give the provider's concurrency after the fact (a test
+/// checks `--payment-concurrency` with them).
+#[derive(Debug)]
+pub struct Charge {
+    pub approved: bool,
+    pub reference: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
 }
 
 impl Provider {
     pub async fn charge(&self, amount_cents: i64) -> Charge {
+        let started_at = Utc::now();
+        metrics::payments_in_flight(1.0);
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
+        metrics::payments_in_flight(-1.0);
         let reference = format!("sim_{:016x}", fastrand::u64(..));
         tracing::debug!(amount_cents, %reference, "simulated charge");
-        // `<` so that rate 0.0 never declines and 1.0 always does.
-        if fastrand::f64() < self.failure_rate {
-            Charge::Declined { reference }
-        } else {
-            Charge::Approved { reference }
+        Charge {
+            // `<` so that rate 0.0 never declines and 1.0 always does.
+            approved: fastrand::f64() >= self.failure_rate,
+            reference,
+            started_at,
+            ended_at: Utc::now(),
         }
     }
 }
@@ -48,8 +61,8 @@ mod tests {
             failure_rate: 1.0,
         };
         for _ in 0..100 {
-            assert!(matches!(always.charge(100).await, Charge::Approved { .. }));
-            assert!(matches!(never.charge(100).await, Charge::Declined { .. }));
+            assert!(always.charge(100).await.approved);
+            assert!(!never.charge(100).await.approved);
         }
     }
 }

@@ -94,6 +94,7 @@ impl Application {
             demo,
             events,
             holds: Holds::default(),
+            lab: Default::default(),
             catalog: Catalog::default(),
             combiner: Combiner::default(),
             tasks: TaskTracker::new(),

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
 use crate::inventory::Catalog;
+use crate::lab::Lab;
 use crate::lock::Zk;
 use crate::orders::combiner::Combiner;
 use crate::orders::demo::Holds;
@@ -27,6 +28,8 @@ pub struct AppState {
     pub demo: Flags,
     /// Live updates for the teaching page.
     pub events: Events,
+    /// The lock lab's holders (teaching page).
+    pub lab: Lab,
     /// Lock holders to pause inside their critical section (tests reach it in-process).
     pub holds: Holds,
     /// Every product's terms of sale, kept after the first read.

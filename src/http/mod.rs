@@ -10,6 +10,7 @@ mod metrics;
 pub mod openapi;
 mod orders;
 mod products;
+mod recipes;
 pub mod server;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -39,6 +40,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(orders::router(&state.config))
         .merge(products::router())
+        .merge(recipes::router())
         .merge(health::router())
         .merge(events::router(&state.config))
         .merge(metrics::router())

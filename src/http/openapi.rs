@@ -14,7 +14,7 @@ use utoipa::openapi::{
 };
 use utoipa::{Modify, OpenApi};
 
-use super::{events, health, metrics, orders, products};
+use super::{events, health, metrics, orders, products, recipes};
 use crate::error::CODES;
 use crate::state::AppState;
 
@@ -36,6 +36,11 @@ use crate::state::AppState;
         products::lock,
         products::demo,
         products::step,
+        recipes::change_terms,
+        recipes::terms_lock,
+        recipes::terms_lab,
+        recipes::semaphore,
+        recipes::semaphore_lab,
         events::events,
         health::healthz,
         health::readyz,

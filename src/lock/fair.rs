@@ -1,8 +1,6 @@
 //! The fair lock (guard `zk`), Apache Curator's `InterProcessMutex` recipe and node names:
 //! take a number (an ephemeral-sequential node), then wait for the node just before ours to go.
 
-use std::time::Duration;
-
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode, Place};
@@ -17,35 +15,8 @@ pub(super) async fn acquire(
     acls: zk::Acls<'static>,
     woke: &(dyn Fn() + Send + Sync),
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
-    let id = uuid::Uuid::new_v4();
-    let marker = format!("_c_{id}-");
-    let prefix = format!("{dir}/{marker}lock-");
-    let mut own = OwnNode {
-        client: client.clone(),
-        dir: dir.to_string(),
-        marker: Some(marker.clone()),
-        path: None,
-    };
-    let ephemeral_sequential = zk::CreateMode::EphemeralSequential.with_acls(acls);
-    let (name, token) = loop {
-        metrics::zk("create");
-        match client
-            .create(&prefix, instance.as_bytes(), &ephemeral_sequential)
-            .await
-        {
-            Ok((stat, seq)) => break (format!("{marker}lock-{seq}"), stat.czxid),
-            Err(zk::Error::NoNode) => node::make_dir(client, dir, acls).await?,
-            // Did the create happen? Our unique marker says; ask until there is an answer, or
-            // a second create could leave an orphan node blocking the queue.
-            Err(zk::Error::ConnectionLoss) => {
-                if let Some(found) = find_created(client, dir, &marker).await? {
-                    break found;
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    own.path = Some(format!("{dir}/{name}"));
+    let (own, name, token) =
+        node::create_contender(client, dir, node::MUTEX, instance.as_bytes(), acls).await?;
     let mine = node::sequence(&name).ok_or(zk::Error::RuntimeInconsistent)?;
     let mut wakeups = 0;
     // Nodes named like contenders that are not ephemeral: no session owns them, so they would
@@ -77,34 +48,6 @@ pub(super) async fn acquire(
                 woke();
             }
             Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// After a create lost its answer: our sequential node's name and czxid, if it exists.
-async fn find_created(
-    client: &zk::Client,
-    dir: &str,
-    marker: &str,
-) -> Result<Option<(String, i64)>, zk::Error> {
-    loop {
-        metrics::zk("get_children");
-        let children = match client.list_children(dir).await {
-            Ok(children) => children,
-            Err(zk::Error::ConnectionLoss) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let Some(found) = children.into_iter().find(|c| c.starts_with(marker)) else {
-            return Ok(None);
-        };
-        metrics::zk("get_data");
-        match client.get_data(&format!("{dir}/{found}")).await {
-            Ok((_, stat)) => return Ok(Some((found, stat.czxid))),
-            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(e) => return Err(e),
         }
     }

@@ -21,6 +21,16 @@
 //! wiped ensemble starts its zxids again from zero; its identity (a node created once under
 //! the root, see [`session`]) tells Postgres that the tokens started over.
 //!
+//! The source material's other recipes, laid out as Curator lays them out so Curator on the
+//! same path takes part:
+//!
+//! - [`semaphore`]: `InterProcessSemaphoreV2`, at most N leases across instances (bounds the
+//!   payment provider's calls in flight).
+//! - [`rwlock`]: `InterProcessReadWriteLock`, shared readers and an exclusive writer (a
+//!   product's terms: lock cycles read them, a terms change writes them).
+//! - [`reentrant`]: an [`Owner`] that holds a product's lock takes it again by counting, as
+//!   Curator's `InterProcessMutex` does per thread.
+//!
 //! - [`session`]: the session, replaced when ZooKeeper expires it.
 //! - [`node`]: node names and queue order; a node of ours that deletes itself on drop.
 //! - [`view`]: the queue as the teaching page draws it.
@@ -28,6 +38,9 @@
 mod fair;
 mod herd;
 mod node;
+mod reentrant;
+mod rwlock;
+mod semaphore;
 mod session;
 mod view;
 
@@ -38,23 +51,51 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zookeeper_client as zk;
 
 pub use node::make_dir;
+pub use reentrant::Owner;
+pub use rwlock::{Access, TermsLock};
+pub use semaphore::Lease;
 pub use session::Zk;
-pub use view::{QueueView, Ticket, QUEUE_VIEW_MAX};
+pub use view::{QueueView, RwLockView, SemaphoreView, Ticket, QUEUE_VIEW_MAX};
 
 use crate::telemetry::metrics;
 
 /// What the stock path needs from a granted lock. Dropping it deletes the node (in the
-/// background), so every exit path releases, including panics and cancelled futures.
+/// background), so every exit path releases, including panics and cancelled futures. A lock
+/// taken again by its [`Owner`] shares the first one's node: the node goes when the last of
+/// them is dropped.
 pub struct StockLock {
-    /// Keeps the node alive; its drop is the release.
-    _node: node::OwnNode,
+    /// The node and what goes with it, shared by an owner's re-entries; its drop is the
+    /// release.
+    grant: Arc<Grant>,
     /// Checked by Postgres on every stock write.
     pub token: Token,
-    /// Time from asking to holding: the queue's cost, reported to the buyer.
+    /// Time from asking to holding: the queue's cost, reported to the buyer (zero for a
+    /// re-entry).
     pub waited: Duration,
     /// Watch notifications this acquisition woke up for (1 per wait in a fair queue; up
     /// to one per release in a herd).
     pub wakeups: u64,
+    /// The product's terms, read-locked for a sale's lock cycle (see [`Zk::lock_terms`]);
+    /// released with the stock lock, after the commit.
+    _terms: Option<TermsLock>,
+}
+
+impl StockLock {
+    /// How many acquisitions (the first and its re-entries) share this lock's node now.
+    pub fn holds(&self) -> usize {
+        Arc::strong_count(&self.grant)
+    }
+
+    /// The lock's node, `{dir}/{name}`.
+    pub fn node(&self) -> &str {
+        self.grant.node.path.as_deref().unwrap_or_default()
+    }
+}
+
+/// One granted lock node and what it holds on this instance.
+struct Grant {
+    /// Keeps the node alive; its drop deletes it.
+    node: node::OwnNode,
     /// Our place among this instance's waiters for the product, given back with the lock.
     _slot: OwnedSemaphorePermit,
     /// For the hold-time histogram, recorded at the release.
@@ -62,7 +103,7 @@ pub struct StockLock {
     granted: Instant,
 }
 
-impl Drop for StockLock {
+impl Drop for Grant {
     fn drop(&mut self) {
         metrics::lock_released(self.recipe.as_str(), self.granted.elapsed());
     }
@@ -135,6 +176,24 @@ impl LockError {
     }
 }
 
+/// What a wait for a lock node came to: its result, or what running out of time means (on a
+/// dead connection, an outage rather than a long queue).
+fn settle_wait<T>(
+    client: &zk::Client,
+    timeout: Duration,
+    waited: Result<Result<T, zk::Error>, tokio::time::error::Elapsed>,
+) -> Result<T, LockError> {
+    match waited {
+        Ok(Ok(acquired)) => Ok(acquired),
+        Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => Err(LockError::Lost),
+        Ok(Err(e)) => Err(LockError::Unavailable(e.into())),
+        Err(_) if !session::is_connected(client.state()) => Err(LockError::Unavailable(
+            anyhow::anyhow!("ZooKeeper session is {:?}", client.state()),
+        )),
+        Err(_) => Err(LockError::Timeout(timeout)),
+    }
+}
+
 impl Zk {
     /// The directory holding a product's lock nodes.
     pub fn lock_dir(&self, recipe: Recipe, product_id: i64) -> String {
@@ -202,6 +261,66 @@ impl Zk {
         session: Session,
         timeout: Duration,
     ) -> Result<StockLock, LockError> {
+        self.lock_stock_as(None, product_id, recipe, session, timeout)
+            .await
+    }
+
+    /// [`Zk::lock_stock`] for an `owner`: if the owner holds the product's lock already (and
+    /// has not released every acquisition of it), this one is counted, not queued: no node,
+    /// no wait, the same token. The node goes when the owner's last acquisition is dropped.
+    ///
+    /// An owner promises what a thread promises Curator: its acquisitions run one after
+    /// another (nested), never side by side. Two tasks sharing an owner would both be
+    /// "inside" at once, and the lock would no longer keep them apart.
+    pub async fn lock_stock_as(
+        &self,
+        owner: Option<&Owner>,
+        product_id: i64,
+        recipe: Recipe,
+        session: Session,
+        timeout: Duration,
+    ) -> Result<StockLock, LockError> {
+        self.acquire_stock(owner, product_id, recipe, session, timeout, false)
+            .await
+    }
+
+    /// The lock a sale's lock cycle takes: the product's terms read-locked first (see
+    /// [`rwlock`]), then its stock lock, both within `timeout`, released together. In this
+    /// order only: a cycle holding the stock lock never waits for the terms, so a terms
+    /// change queued between cycles cannot deadlock with them.
+    pub async fn lock_for_sale(
+        &self,
+        product_id: i64,
+        recipe: Recipe,
+        session: Session,
+        timeout: Duration,
+    ) -> Result<StockLock, LockError> {
+        self.acquire_stock(None, product_id, recipe, session, timeout, true)
+            .await
+    }
+
+    async fn acquire_stock(
+        &self,
+        owner: Option<&Owner>,
+        product_id: i64,
+        recipe: Recipe,
+        session: Session,
+        timeout: Duration,
+        for_sale: bool,
+    ) -> Result<StockLock, LockError> {
+        let dir = self.lock_dir(recipe, product_id);
+        if let Some(owner) = owner {
+            if let Some((grant, token)) = self.inner.reentries.again(owner, &dir) {
+                metrics::lock_reentered(recipe.as_str());
+                return Ok(StockLock {
+                    grant,
+                    token,
+                    waited: Duration::ZERO,
+                    wakeups: 0,
+                    _terms: None,
+                });
+            }
+        }
         let slots = {
             let mut waiters = self.inner.waiters.lock().expect("waiters poisoned");
             waiters
@@ -224,33 +343,39 @@ impl Zk {
                 (client, ensemble)
             }
         };
-        let dir = self.lock_dir(recipe, product_id);
         let started = Instant::now();
         let instance = self.instance();
         // Counted as each wake happens, not when the lock is granted: the page shows a herd
         // waking while its waiters still wait.
         let woke = || self.count_wake(product_id);
         let acquire = async {
-            match recipe {
-                Recipe::Fair => fair::acquire(&client, &dir, instance, self.acls(), &woke).await,
-                Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls(), &woke).await,
-            }
+            // Always in the shared session: the demos' own sessions are for the stock lock.
+            let terms = match for_sale {
+                true => {
+                    let data = format!("{instance}#sale");
+                    let dir = self.terms_lock_dir(product_id);
+                    let shared = self.client();
+                    let read =
+                        rwlock::acquire(&shared, &dir, Access::Read, data.as_bytes(), self.acls());
+                    Some((read.await?, started.elapsed()))
+                }
+                false => None,
+            };
+            let (node, zxid, wakeups) = match recipe {
+                Recipe::Fair => fair::acquire(&client, &dir, instance, self.acls(), &woke).await?,
+                Recipe::Herd => herd::acquire(&client, &dir, instance, self.acls(), &woke).await?,
+            };
+            Ok((terms, node, zxid, wakeups))
         };
-        let acquired = match tokio::time::timeout(timeout, acquire).await {
-            Ok(Ok(acquired)) => Ok(acquired),
-            Ok(Err(zk::Error::SessionExpired | zk::Error::RuntimeInconsistent)) => {
-                Err(LockError::Lost)
-            }
-            Ok(Err(e)) => Err(LockError::Unavailable(e.into())),
-            // Waiting on a dead connection is an outage, not a long queue.
-            Err(_) if !session::is_connected(client.state()) => Err(LockError::Unavailable(
-                anyhow::anyhow!("ZooKeeper session is {:?}", client.state()),
-            )),
-            Err(_) => Err(LockError::Timeout(timeout)),
-        };
-        let (node, zxid, wakeups) = acquired.inspect_err(|e| {
+        let acquired = settle_wait(
+            &client,
+            timeout,
+            tokio::time::timeout(timeout, acquire).await,
+        );
+        let (terms, node, zxid, wakeups) = acquired.inspect_err(|e| {
             metrics::lock_failed(recipe.as_str(), e.reason());
         })?;
+        let terms = terms.map(|(node, waited)| TermsLock::granted(node, Access::Read, waited));
         let waited = started.elapsed();
         metrics::lock_granted(recipe.as_str(), waited);
         tracing::debug!(
@@ -264,14 +389,22 @@ impl Zk {
             let mut stats = self.inner.stats.lock().expect("stats poisoned");
             stats.entry(product_id).or_default().acquisitions += 1;
         }
-        Ok(StockLock {
-            _node: node,
-            token: Token { ensemble, zxid },
-            waited,
-            wakeups,
+        let token = Token { ensemble, zxid };
+        let grant = Arc::new(Grant {
+            node,
             _slot: slot,
             recipe,
             granted: Instant::now(),
+        });
+        if let Some(owner) = owner {
+            self.inner.reentries.record(owner, &dir, &grant, token);
+        }
+        Ok(StockLock {
+            grant,
+            token,
+            waited,
+            wakeups,
+            _terms: terms,
         })
     }
 }

@@ -8,11 +8,91 @@ use zookeeper_client as zk;
 /// The queue number of a fair-lock node, `…lock-<digits>` (Curator's naming). `None` for a
 /// name that is not one (a foreign or malformed node): it takes no place in the queue.
 pub(crate) fn sequence(name: &str) -> Option<u64> {
-    let (_, digits) = name.rsplit_once("lock-")?;
+    sequence_after(name, MUTEX)
+}
+
+/// The names Curator puts before a contender's sequence number, one per recipe.
+pub(crate) const MUTEX: &str = "lock-";
+pub(crate) const LEASE: &str = "lease-";
+pub(crate) const READ: &str = "__READ__";
+pub(crate) const WRITE: &str = "__WRIT__";
+
+/// The sequence number that follows `lock_name` in a node's name (how Curator's
+/// `fixForSorting` orders every recipe's nodes), if the name is one of that kind.
+pub(crate) fn sequence_after(name: &str, lock_name: &str) -> Option<u64> {
+    let (_, digits) = name.rsplit_once(lock_name)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
+}
+
+/// Creates our contender node `{dir}/_c_<uuid>-{lock_name}<seq>`, ephemeral and sequential,
+/// as Curator's "protected" mode names it: the unique prefix lets a create whose answer was
+/// lost to a connection loss be found instead of repeated (a repeat would leave an orphan
+/// node holding a place in the queue), and lets a cancelled create be cleaned up. Creates
+/// `dir` if missing. Returns the node (deleted when dropped), its name and its czxid.
+pub(crate) async fn create_contender(
+    client: &zk::Client,
+    dir: &str,
+    lock_name: &str,
+    data: &[u8],
+    acls: zk::Acls<'static>,
+) -> Result<(OwnNode, String, i64), zk::Error> {
+    let marker = format!("_c_{}-", uuid::Uuid::new_v4());
+    let prefix = format!("{dir}/{marker}{lock_name}");
+    // Exists before the create is sent: dropping it mid-create finds the node by its marker.
+    let mut own = OwnNode {
+        client: client.clone(),
+        dir: dir.to_string(),
+        marker: Some(marker.clone()),
+        path: None,
+    };
+    let ephemeral_sequential = zk::CreateMode::EphemeralSequential.with_acls(acls);
+    let (name, czxid) = loop {
+        metrics::zk("create");
+        match client.create(&prefix, data, &ephemeral_sequential).await {
+            Ok((stat, seq)) => break (format!("{marker}{lock_name}{seq}"), stat.czxid),
+            Err(zk::Error::NoNode) => make_dir(client, dir, acls).await?,
+            // Did the create happen? Our unique marker says; ask until there is an answer.
+            Err(zk::Error::ConnectionLoss) => {
+                if let Some(found) = find_created(client, dir, &marker).await? {
+                    break found;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    own.path = Some(format!("{dir}/{name}"));
+    Ok((own, name, czxid))
+}
+
+/// After a create lost its answer: our sequential node's name and czxid, if it exists.
+async fn find_created(
+    client: &zk::Client,
+    dir: &str,
+    marker: &str,
+) -> Result<Option<(String, i64)>, zk::Error> {
+    loop {
+        metrics::zk("get_children");
+        let children = match client.list_children(dir).await {
+            Ok(children) => children,
+            Err(zk::Error::ConnectionLoss) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(found) = children.into_iter().find(|c| c.starts_with(marker)) else {
+            return Ok(None);
+        };
+        metrics::zk("get_data");
+        match client.get_data(&format!("{dir}/{found}")).await {
+            Ok((_, stat)) => return Ok(Some((found, stat.czxid))),
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A lock directory's children in queue order, by sequence number; names that are not lock

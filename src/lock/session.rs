@@ -52,6 +52,8 @@ pub(super) struct Inner {
     pub(super) stats: Mutex<HashMap<i64, LockStats>>,
     /// Products whose waiters woke since the event feed last looked (see `Zk::take_woken`).
     pub(super) woken: Mutex<HashSet<i64>>,
+    /// Stock locks held by an [`super::Owner`], for its re-entries.
+    pub(super) reentries: super::reentrant::Reentries<super::Grant>,
     /// Flipped on shutdown so background tasks drop their clients and the session can close.
     closing: watch::Sender<bool>,
 }
@@ -96,6 +98,7 @@ impl Zk {
                 waiters: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
                 woken: Mutex::new(HashSet::new()),
+                reentries: Default::default(),
                 closing: watch::channel(false).0,
             }),
         };

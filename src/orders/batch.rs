@@ -4,6 +4,7 @@
 //! commit. A lone order is a batch of one; so is every order of a per-request product.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use uuid::Uuid;
@@ -43,6 +44,9 @@ pub enum Verdict {
     /// A reservation without payment (`pay: false`) beyond the product's cap on unpaid
     /// reservations (`--max-unpaid-share` of its stock).
     Unpaid,
+    /// More units than the product's `max_per_order`: possible only when the terms changed
+    /// between the order's checks and its lock cycle.
+    TooMany,
 }
 
 impl Verdict {
@@ -54,12 +58,13 @@ impl Verdict {
 }
 
 /// Decides every order of a batch in arrival order, exactly as each would be decided alone
-/// one after the other: the buyer's limit first (counting what earlier orders of the batch
+/// one after the other: the quantity against the terms' cap, the buyer's limit (counting what earlier orders of the batch
 /// gave them), then, for a reservation without payment, the room left for unpaid units
 /// (`unpaid_room`), then the stock left by earlier orders. Returns the verdicts and the
 /// stock after them.
 pub fn decide(
     stock: i32,
+    max_per_order: i32,
     per_user_limit: i32,
     mut unpaid_room: i32,
     held: &HashMap<String, i32>,
@@ -73,7 +78,9 @@ pub fn decide(
             let has = holding
                 .entry(&t.user_id)
                 .or_insert_with(|| held.get(&t.user_id).copied().unwrap_or(0));
-            if *has + t.quantity > per_user_limit {
+            if t.quantity > max_per_order {
+                Verdict::TooMany
+            } else if *has + t.quantity > per_user_limit {
                 Verdict::Limit
             } else if t.quantity > left {
                 Verdict::SoldOut
@@ -106,7 +113,7 @@ pub struct Served {
 /// order's time in the queue. An error means nothing was written: not one order sold.
 pub async fn serve(
     state: &AppState,
-    terms: &Terms,
+    terms: &Arc<Terms>,
     protection: Protection,
     acquired: Instant,
     tickets: &[Ticket],
@@ -118,10 +125,28 @@ pub async fn serve(
         Read::Fenced => return Err(AppError::LockLost { order_id: None }),
     };
     pause.await;
+    // The row's terms, not the cached ones: a change of terms since the orders' checks is
+    // decided on here (their price, their cap, the buyer's limit, the reservation time).
+    let terms = state.catalog.current(terms, &read.terms);
+    let repriced: Vec<Ticket>;
+    let tickets = match tickets.iter().any(|t| t.amount_cents != price(t, &terms)) {
+        true => {
+            repriced = tickets
+                .iter()
+                .map(|t| Ticket {
+                    amount_cents: price(t, &terms),
+                    ..t.clone()
+                })
+                .collect();
+            &repriced[..]
+        }
+        false => tickets,
+    };
     let unpaid_room =
         (read.stocked_total as f64 * state.config.max_unpaid_share).ceil() as i32 - read.unpaid;
     let (verdicts, left) = decide(
         read.stock,
+        terms.max_per_order,
         terms.per_user_limit,
         unpaid_room,
         &read.held,
@@ -157,7 +182,7 @@ pub async fn serve(
         }
     }
     let size = Some(rows.len() as i32);
-    let orders = match store::insert(&mut tx, terms, fence, size, &rows, &units).await {
+    let orders = match store::insert(&mut tx, &terms, fence, size, &rows, &units).await {
         Ok(orders) => orders,
         // The holdings changed since our read: only possible with no guard (`none`), where
         // another order of the buyer raced ours. The CHECK refused it: nothing sold.
@@ -173,6 +198,10 @@ pub async fn serve(
         .map(|verdict| match verdict {
             Verdict::Limit => Err(AppError::PurchaseLimit { order_id: None }),
             Verdict::Unpaid => Err(AppError::TooManyUnpaid),
+            Verdict::TooMany => Err(AppError::Unprocessable(format!(
+                "quantity must be at most {} for this product (its terms changed)",
+                terms.max_per_order
+            ))),
             _ => Ok(written.next().expect("a row per written verdict")),
         })
         .collect();
@@ -180,6 +209,11 @@ pub async fn serve(
         orders,
         stock: left,
     })
+}
+
+/// What an order costs under `terms` (bounded: price and quantity are both capped).
+fn price(ticket: &Ticket, terms: &Terms) -> i64 {
+    terms.price_cents.saturating_mul(i64::from(ticket.quantity))
 }
 
 #[cfg(test)]
@@ -207,7 +241,7 @@ mod tests {
             ticket("c", 1),
             ticket("d", 1),
         ];
-        let (verdicts, left) = decide(3, 5, i32::MAX, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(3, i32::MAX, 5, i32::MAX, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);
         assert_eq!(left, 0);
@@ -216,7 +250,7 @@ mod tests {
     #[test]
     fn one_buyer_twice_in_a_batch_gets_no_more_than_the_limit() {
         let tickets = [ticket("a", 1), ticket("a", 1), ticket("b", 1)];
-        let (verdicts, left) = decide(10, 1, i32::MAX, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(10, i32::MAX, 1, i32::MAX, &HashMap::new(), &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Limit, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -225,9 +259,9 @@ mod tests {
     fn what_a_buyer_already_holds_counts_against_the_limit() {
         let held = HashMap::from([("a".to_string(), 2)]);
         let tickets = [ticket("a", 1), ticket("b", 3)];
-        let (verdicts, left) = decide(10, 3, i32::MAX, &held, &tickets);
+        let (verdicts, left) = decide(10, i32::MAX, 3, i32::MAX, &held, &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Take]);
-        let (verdicts, _) = decide(10, 2, i32::MAX, &held, &tickets[..1]);
+        let (verdicts, _) = decide(10, i32::MAX, 2, i32::MAX, &held, &tickets[..1]);
         assert_eq!(verdicts, [Verdict::Limit], "2 held, limit 2");
         assert_eq!(left, 6);
     }
@@ -236,7 +270,14 @@ mod tests {
     fn the_limit_is_checked_before_the_stock_as_alone() {
         // A buyer at the limit is told so even when the stock is gone too.
         let held = HashMap::from([("a".to_string(), 1)]);
-        let (verdicts, left) = decide(0, 1, i32::MAX, &held, &[ticket("a", 1), ticket("b", 1)]);
+        let (verdicts, left) = decide(
+            0,
+            i32::MAX,
+            1,
+            i32::MAX,
+            &held,
+            &[ticket("a", 1), ticket("b", 1)],
+        );
         assert_eq!(verdicts, [Verdict::Limit, Verdict::SoldOut]);
         assert_eq!(left, 0);
     }
@@ -248,10 +289,18 @@ mod tests {
             ..ticket(user, 1)
         };
         let tickets = [unpaid("a"), unpaid("b"), ticket("c", 1), unpaid("d")];
-        let (verdicts, left) = decide(10, 1, 2, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(10, i32::MAX, 1, 2, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, Take, Take, Unpaid]);
         assert_eq!(left, 7);
+    }
+
+    #[test]
+    fn an_order_over_the_changed_cap_is_refused_and_takes_nothing() {
+        let tickets = [ticket("a", 3), ticket("b", 2)];
+        let (verdicts, left) = decide(10, 2, 5, i32::MAX, &HashMap::new(), &tickets);
+        assert_eq!(verdicts, [Verdict::TooMany, Verdict::Take]);
+        assert_eq!(left, 8);
     }
 
     #[test]
@@ -267,7 +316,14 @@ mod tests {
                 })
                 .collect();
             let room = rng.i32(0..10);
-            let (verdicts, left) = decide(stock, rng.i32(1..5), room, &HashMap::new(), &tickets);
+            let (verdicts, left) = decide(
+                stock,
+                i32::MAX,
+                rng.i32(1..5),
+                room,
+                &HashMap::new(),
+                &tickets,
+            );
             let unpaid: i32 = tickets
                 .iter()
                 .zip(&verdicts)

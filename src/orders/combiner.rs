@@ -140,7 +140,7 @@ async fn work(state: AppState, terms: Arc<Terms>, queue: Arc<Queue>) {
         // Each order keeps its own deadline (see `orders::queue`); the worker keeps its place
         // in the lock queue while anyone is left to serve.
         let entered = tokio::select! {
-            entered = inventory::enter(&state, terms.id, terms.guard, session, step::lock_timeout(&state, terms.id)).instrument(span.span.clone()) => entered,
+            entered = inventory::enter_for_sale(&state, terms.id, terms.guard, session, step::lock_timeout(&state, terms.id)).instrument(span.span.clone()) => entered,
             _ = waiting.wait_for(|n| *n == 0) => continue,
         };
         let entered = match entered {

@@ -55,7 +55,7 @@ use crate::state::AppState;
 use crate::telemetry::metrics;
 use batch::Ticket;
 use demo::Demo;
-pub use pay::pay;
+pub use pay::{pay, PAYMENT_SEMAPHORE};
 pub use store::get;
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.
@@ -423,7 +423,7 @@ async fn alone(
     let sold_out_flag = terms.id.to_string();
     let span = CycleSpan::new(&terms, false);
     let entered = tokio::select! {
-        entered = inventory::enter(state, terms.id, terms.guard, session, step::lock_timeout(state, terms.id)).instrument(span.span.clone()) => entered,
+        entered = inventory::enter_for_sale(state, terms.id, terms.guard, session, step::lock_timeout(state, terms.id)).instrument(span.span.clone()) => entered,
         _ = &mut client_gone => {
             store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
             let error = AppError::Unavailable(anyhow!("client disconnected while queued"));
@@ -558,10 +558,11 @@ pub(crate) async fn cycle(
         flag_sold_out(state, terms.id).await;
     }
     let mut paying = Vec::new();
-    for (outcome, reply) in served.orders.into_iter().zip(replies) {
+    let deadline = |ticket: &Ticket| ticket.placed + state.config.request_timeout();
+    for ((outcome, reply), ticket) in served.orders.into_iter().zip(replies).zip(&tickets) {
         let answer = match outcome {
             Ok(order) if order.status == OrderStatus::Paying => {
-                paying.push((order, reply));
+                paying.push((order, reply, deadline(ticket)));
                 continue;
             }
             Ok(order) if order.status == OrderStatus::SoldOut => Err(AppError::SoldOut {
@@ -640,6 +641,7 @@ mod tests {
             reservation_ttl_s: 600,
             guard: Guard::Zk,
             batch_max: 1,
+            terms_version: 1,
         };
         assert_eq!(order("a", 2).quantity_for(&product), Ok(2));
         assert!(order("a", 3).quantity_for(&product).is_err());

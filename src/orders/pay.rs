@@ -3,7 +3,7 @@
 //! reservation returns its units through the same guard that took them.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use futures_util::future::join_all;
@@ -14,9 +14,10 @@ use super::store::{self, advance, Payment};
 use super::{Answer, Order, OrderStatus};
 use crate::error::AppError;
 use crate::inventory::{self, Change, Outcome};
-use crate::lock::Session;
+use crate::lock::{LockError, Owner, Session};
 use crate::payment::Charge;
 use crate::state::AppState;
+use crate::telemetry::metrics;
 
 /// Pays a reservation. The order is first claimed (`reserved` → `paying`) only if its
 /// reservation is still running, in one conditional UPDATE; the expiry sweep moves
@@ -45,19 +46,30 @@ pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
             _ => Err(AppError::NotPayable { order_id: id }),
         };
     };
-    settle(state, vec![order]).await.pop().unwrap_or_else(|| {
-        Err(AppError::Internal(anyhow!(
-            "a settled payment went missing"
-        )))
-    })
+    let deadline = Instant::now() + state.config.request_timeout();
+    settle(state, vec![(order, deadline)])
+        .await
+        .pop()
+        .unwrap_or_else(|| {
+            Err(AppError::Internal(anyhow!(
+                "a settled payment went missing"
+            )))
+        })
 }
 
-/// Settles a batch's orders claimed for payment and answers each.
+/// The payment provider's semaphore (`--payment-concurrency`), under `{root}/semaphores/`.
+pub const PAYMENT_SEMAPHORE: &str = "payment";
+
+/// Settles a batch's orders claimed for payment and answers each. Each order comes with
+/// its request's deadline, which bounds its wait for a payment lease.
 pub(super) async fn settle_and_answer(
     state: AppState,
-    paying: Vec<(Order, oneshot::Sender<Answer>)>,
+    paying: Vec<(Order, oneshot::Sender<Answer>, Instant)>,
 ) {
-    let (orders, replies): (Vec<Order>, Vec<_>) = paying.into_iter().unzip();
+    let (orders, replies): (Vec<(Order, Instant)>, Vec<_>) = paying
+        .into_iter()
+        .map(|(order, reply, deadline)| ((order, deadline), reply))
+        .unzip();
     for (answer, reply) in settle(&state, orders).await.into_iter().zip(replies) {
         let _ = reply.send(answer);
     }
@@ -65,25 +77,98 @@ pub(super) async fn settle_and_answer(
 
 /// Charges orders claimed for payment (`paying`), all at once, and records every outcome in
 /// one statement: `paid`, or declined and the units back. One answer per order, in order.
-async fn settle(state: &AppState, orders: Vec<Order>) -> Vec<Answer> {
-    let charges = join_all(orders.iter().map(|o| state.payment.charge(o.amount_cents))).await;
+/// With `--payment-concurrency`, each charge first waits for a lease, until its deadline;
+/// an order that gets none is not charged and goes back to `reserved`.
+async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> {
+    let attempts = join_all(
+        orders
+            .iter()
+            .map(|(order, deadline)| charge(state, order, *deadline)),
+    )
+    .await;
+    let orders: Vec<Order> = orders.into_iter().map(|(order, _)| order).collect();
+    let (mut charged, mut answers): (Vec<(&Order, Charge)>, Vec<(usize, Answer)>) =
+        (Vec::new(), Vec::new());
+    let mut unclaimed = Vec::new();
+    for (at, (order, attempt)) in orders.iter().zip(attempts).enumerate() {
+        match attempt {
+            Ok(charge) => charged.push((order, charge)),
+            Err(e) => {
+                tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged, still reserved");
+                unclaimed.push(order.id);
+                let answer = match e {
+                    LockError::Timeout(_) | LockError::TooBusy => {
+                        AppError::PaymentBusy { order_id: order.id }
+                    }
+                    other => AppError::Unavailable(anyhow!(
+                        "order {}: no payment lease: {other}",
+                        order.id
+                    )),
+                };
+                answers.push((at, Err(answer)));
+            }
+        }
+    }
+    if !unclaimed.is_empty() {
+        // Left `paying`, the sweep would settle them as failed in 5 minutes; as `reserved`
+        // they stay payable until their deadline.
+        if let Err(e) = store::unclaim(&state.db, &unclaimed).await {
+            tracing::warn!(error = %e, "could not give uncharged orders back their reservation");
+        }
+    }
+    let (orders, charges): (Vec<&Order>, Vec<Charge>) = charged.into_iter().unzip();
     let payments: Vec<Payment> = orders
         .iter()
         .zip(&charges)
-        .map(|(order, charge)| {
-            let (succeeded, reference) = match charge {
-                Charge::Approved { reference } => (true, reference),
-                Charge::Declined { reference } => (false, reference),
-            };
-            Payment {
-                order_id: order.id,
-                amount_cents: order.amount_cents,
-                succeeded,
-                reference,
-            }
+        .map(|(order, charge)| Payment {
+            order_id: order.id,
+            amount_cents: order.amount_cents,
+            succeeded: charge.approved,
+            reference: &charge.reference,
+            started_at: charge.started_at,
+            ended_at: charge.ended_at,
         })
         .collect();
-    let recorded = record(state, &payments).await;
+    let mut settled = record_and_answer(state, &orders, &payments)
+        .await
+        .into_iter();
+    let mut answers = answers.into_iter().peekable();
+    (0..orders.len() + unclaimed.len())
+        .map(|at| match answers.peek() {
+            Some((busy, _)) if *busy == at => answers.next().expect("peeked").1,
+            _ => settled.next().expect("an answer per charged order"),
+        })
+        .collect()
+}
+
+/// One charge, under a payment lease when `--payment-concurrency` is set: the lease is
+/// waited for until `deadline` less the provider's own time, so the answer still makes it.
+async fn charge(state: &AppState, order: &Order, deadline: Instant) -> Result<Charge, LockError> {
+    let max = state.config.payment_concurrency;
+    let _lease = if max > 0 {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(state.payment.latency);
+        let label = format!("order-{}", &order.id.simple().to_string()[..8]);
+        let lease = state
+            .zk
+            .acquire_lease(PAYMENT_SEMAPHORE, max, &label, left)
+            .await?;
+        metrics::payment_lease(lease.waited);
+        Some(lease)
+    } else {
+        None
+    };
+    Ok(state.payment.charge(order.amount_cents).await)
+}
+
+/// Records the charges' outcomes and answers each charged order.
+async fn record_and_answer(
+    state: &AppState,
+    orders: &[&Order],
+    payments: &[Payment<'_>],
+) -> Vec<Answer> {
+    let recorded = record(state, payments).await;
     let unrecorded = recorded.is_err();
     let mut paid: HashMap<Uuid, Order> = match recorded {
         Ok(paid) => paid.into_iter().map(|o| (o.id, o)).collect(),
@@ -94,7 +179,7 @@ async fn settle(state: &AppState, orders: Vec<Order>) -> Vec<Answer> {
             HashMap::new()
         }
     };
-    let answers = orders.iter().zip(&payments).map(|(order, payment)| {
+    let answers = orders.iter().zip(payments).map(|(order, payment)| {
         let paid = paid.remove(&order.id);
         async move {
             if !payment.succeeded {
@@ -149,6 +234,7 @@ async fn give_back(state: &AppState, order: &Order) {
             order,
             OrderStatus::Paying,
             OrderStatus::PaymentFailed,
+            None,
         )
         .await
         {
@@ -165,20 +251,22 @@ async fn give_back(state: &AppState, order: &Order) {
 /// Puts an order's units back on sale and moves it `from` → `to`, both in one transaction
 /// under the product's guard. `Ok(false)` if the order had already left `from` (for
 /// `reserved`, also: not yet due), which rolls the stock back: another instance's sweep or a
-/// payment got there first.
+/// payment got there first. An `owner` holding the product's lock already re-enters it.
 pub(super) async fn release(
     state: &AppState,
     order: &Order,
     from: OrderStatus,
     to: OrderStatus,
+    owner: Option<&Owner>,
 ) -> anyhow::Result<bool> {
     let product = state
         .catalog
         .terms(&state.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
-    let (lock, protection) = inventory::enter(
+    let (lock, protection) = inventory::enter_as(
         state,
+        owner,
         product.id,
         product.guard,
         Session::Shared,

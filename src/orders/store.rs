@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -155,6 +156,8 @@ pub struct Payment<'a> {
     pub amount_cents: i64,
     pub succeeded: bool,
     pub reference: &'a str,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
 }
 
 /// Records the payments, and moves the orders whose charge succeeded `paying` → `paid`, in
@@ -170,10 +173,13 @@ pub(super) async fn record_payments(
         .map(|p| if p.succeeded { "succeeded" } else { "failed" })
         .collect();
     let references: Vec<&str> = payments.iter().map(|p| p.reference).collect();
+    let started: Vec<DateTime<Utc>> = payments.iter().map(|p| p.started_at).collect();
+    let ended: Vec<DateTime<Utc>> = payments.iter().map(|p| p.ended_at).collect();
     sqlx::query_as(
         "WITH p AS (
-            INSERT INTO payments (order_id, amount_cents, outcome, provider_ref)
-            SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[])
+            INSERT INTO payments (order_id, amount_cents, outcome, provider_ref, started_at, ended_at)
+            SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],
+                                 $5::timestamptz[], $6::timestamptz[])
          )
          UPDATE orders o SET status = 'paid', updated_at = now()
          FROM unnest($1::uuid[], $3::text[]) AS t(id, outcome)
@@ -184,8 +190,23 @@ pub(super) async fn record_payments(
     .bind(&amounts)
     .bind(&outcomes)
     .bind(&references)
+    .bind(&started)
+    .bind(&ended)
     .fetch_all(db)
     .await
+}
+
+/// Gives orders whose charge never started back to their reservation (`paying` →
+/// `reserved`, deadline unchanged): payable later, or expired by the sweep.
+pub(super) async fn unclaim(db: &PgPool, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE orders SET status = 'reserved', updated_at = now()
+         WHERE id = ANY($1) AND status = 'paying'",
+    )
+    .bind(ids)
+    .execute(db)
+    .await
+    .map(|_| ())
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {

@@ -11,11 +11,14 @@
 //! - an order that cannot be settled is logged and left to its lease: the next pass takes
 //!   the rows behind it rather than stopping at it.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::pay::release;
 use super::{Order, OrderStatus};
 use crate::idempotency;
+use crate::inventory;
+use crate::lock::{Owner, Session, StockLock};
 use crate::state::AppState;
 use crate::telemetry::metrics;
 
@@ -93,20 +96,56 @@ async fn take(
 }
 
 /// One pass of the expiry: returns the stock of reservations past their deadline.
+///
+/// Per product, the pass takes the product's lock once as its [`Owner`] and each return
+/// re-enters it by counting: one lock node and one queue turn for the product's whole pass,
+/// not one per expired order (each return still commits on its own, fenced by the same
+/// token).
 pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
     let due = take(state, "reserved", "expires_at", Duration::ZERO).await?;
-    let mut expired = 0;
+    let mut by_product: BTreeMap<i64, Vec<&Order>> = BTreeMap::new();
     for order in &due {
-        match release(state, order, OrderStatus::Reserved, OrderStatus::Expired).await {
-            Ok(true) => expired += 1,
-            Ok(false) => {}
-            Err(e) => {
-                metrics::sweep("skipped", 1);
-                tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed; retrying later")
+        by_product.entry(order.product_id).or_default().push(order);
+    }
+    let mut expired = 0;
+    for (product, orders) in by_product {
+        let owner = Owner::new();
+        let _pass = hold_for_pass(state, &owner, product).await;
+        for order in orders {
+            let released = release(
+                state,
+                order,
+                OrderStatus::Reserved,
+                OrderStatus::Expired,
+                Some(&owner),
+            );
+            match released.await {
+                Ok(true) => expired += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    metrics::sweep("skipped", 1);
+                    tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed; retrying later")
+                }
             }
         }
     }
     Ok(expired)
+}
+
+/// The product's lock, taken by `owner` for a pass (`None` for a guard without a lock, or if
+/// it cannot be had now: each return then tries on its own, and fails or not as it would).
+async fn hold_for_pass(state: &AppState, owner: &Owner, product: i64) -> Option<StockLock> {
+    let terms = state.catalog.terms(&state.db, product).await.ok()??;
+    let timeout = state.config.lock_timeout();
+    let entered = inventory::enter_as(
+        state,
+        Some(owner),
+        product,
+        terms.guard,
+        Session::Shared,
+        timeout,
+    );
+    entered.await.ok()?.0
 }
 
 /// Settles orders stuck in `paying`: `paid` if a succeeded payment was recorded (the charge
@@ -142,6 +181,7 @@ async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
         order,
         OrderStatus::Paying,
         OrderStatus::PaymentFailed,
+        None,
     )
     .await?
     {

@@ -23,6 +23,9 @@ pub const ZK_SESSION_STATE: &str = "seckill_zk_session_state";
 pub const ZK_SESSION_CHANGES: &str = "seckill_zk_session_changes_total";
 pub const DB_POOL: &str = "seckill_db_pool_connections";
 pub const SWEEP_ACTIONS: &str = "seckill_sweep_actions_total";
+pub const LOCK_REENTRIES: &str = "seckill_lock_reentries_total";
+pub const PAYMENTS_IN_FLIGHT: &str = "seckill_payment_charges_in_flight";
+pub const PAYMENT_LEASE_WAIT: &str = "seckill_payment_lease_wait_seconds";
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
 const SECONDS: &[f64] = &[
@@ -102,6 +105,19 @@ fn describe() {
         "PostgreSQL pool connections, by state (in_use, idle, max)"
     );
     describe_counter!(SWEEP_ACTIONS, "What the background sweep did, by action");
+    describe_counter!(
+        LOCK_REENTRIES,
+        "Lock acquisitions an owner already holding the lock made by counting (no node), by recipe"
+    );
+    describe_gauge!(
+        PAYMENTS_IN_FLIGHT,
+        "Charges this instance has at the payment provider now"
+    );
+    describe_histogram!(
+        PAYMENT_LEASE_WAIT,
+        metrics::Unit::Seconds,
+        "Time a charge waited for a payment semaphore lease (--payment-concurrency)"
+    );
 }
 
 /// An order's answer: `outcome` is `paid`, `reserved` or the error code.
@@ -129,6 +145,19 @@ pub fn lock_released(recipe: &'static str, held: Duration) {
 
 pub fn lock_failed(recipe: &'static str, reason: &'static str) {
     counter!(LOCK_FAILURES, "recipe" => recipe, "reason" => reason).increment(1);
+}
+
+pub fn lock_reentered(recipe: &'static str) {
+    counter!(LOCK_REENTRIES, "recipe" => recipe).increment(1);
+}
+
+pub fn payment_lease(waited: Duration) {
+    histogram!(PAYMENT_LEASE_WAIT).record(waited.as_secs_f64());
+}
+
+/// Charges at the provider now: `+1.0` as one starts, `-1.0` as it ends.
+pub fn payments_in_flight(delta: f64) {
+    gauge!(PAYMENTS_IN_FLIGHT).increment(delta);
 }
 
 pub fn lock_cycle(guard: &'static str, orders: usize) {

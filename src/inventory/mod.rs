@@ -6,15 +6,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::AppError;
-use crate::lock::{LockError, Recipe, Session, StockLock, Token};
+use crate::lock::{LockError, Owner, Recipe, Session, StockLock, Token};
 use crate::state::AppState;
+
+mod terms;
+
+pub use terms::{change_terms, Catalog, Current, Terms, TermsChange};
 
 /// How a product's stock is protected against concurrent buyers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -83,6 +86,8 @@ pub struct Product {
     pub guard: Guard,
     /// Most orders one lock cycle serves (1: each order takes the lock for itself).
     pub batch_max: i32,
+    /// 1 at creation, one more with each change of the terms (`PUT .../terms`).
+    pub terms_version: i32,
     /// Whether the answering instance has the product flagged sold out (see `soldout`).
     #[sqlx(skip)]
     pub sold_out: bool,
@@ -231,7 +236,7 @@ impl From<&Product> for Audit {
 // `sold` counts the statuses whose units are out of stock and spoken for: reserved, paying
 // (a payment claimed it) and paid.
 const PRODUCT_COLUMNS: &str = "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order,
-    p.per_user_limit, p.reservation_ttl_s, p.guard, p.batch_max,
+    p.per_user_limit, p.reservation_ttl_s, p.guard, p.batch_max, p.terms_version,
     COALESCE((SELECT SUM(o.quantity) FROM orders o
               WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS sold";
 
@@ -320,66 +325,6 @@ pub async fn seed_demo(
         }
     }
     tx.commit().await
-}
-
-/// A product's terms of sale: what the order path needs, all but the stock. Fixed when the
-/// product is created, so each instance keeps them (see [`Catalog`]) instead of reading them
-/// for every order.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct Terms {
-    pub id: i64,
-    pub price_cents: i64,
-    pub max_per_order: i32,
-    pub per_user_limit: i32,
-    pub reservation_ttl_s: i32,
-    #[sqlx(try_from = "String")]
-    pub guard: Guard,
-    pub batch_max: i32,
-}
-
-impl Terms {
-    /// Whether orders are combined, many per lock cycle; else each takes the guard alone.
-    pub fn batched(&self) -> bool {
-        self.batch_max > 1 && self.guard != Guard::None
-    }
-}
-
-/// This instance's copy of every product's [`Terms`], filled on first use.
-#[derive(Clone, Default)]
-pub struct Catalog {
-    terms: Arc<RwLock<HashMap<i64, Arc<Terms>>>>,
-}
-
-impl Catalog {
-    /// The product's terms if this instance has read them already (no query).
-    pub fn cached(&self, id: i64) -> Option<Arc<Terms>> {
-        self.terms
-            .read()
-            .expect("catalog poisoned")
-            .get(&id)
-            .cloned()
-    }
-
-    pub async fn terms(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
-        if let Some(terms) = self.terms.read().expect("catalog poisoned").get(&id) {
-            return Ok(Some(terms.clone()));
-        }
-        let terms: Option<Terms> = sqlx::query_as(
-            "SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s, guard, batch_max
-             FROM products WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
-        let Some(terms) = terms.map(Arc::new) else {
-            return Ok(None); // not cached: the product may be created later
-        };
-        self.terms
-            .write()
-            .expect("catalog poisoned")
-            .insert(id, terms.clone());
-        Ok(Some(terms))
-    }
 }
 
 /// The product's stock now.
@@ -481,6 +426,19 @@ pub async fn enter(
     session: Session,
     timeout: Duration,
 ) -> Result<(Option<StockLock>, Protection), LockError> {
+    enter_as(state, None, product_id, guard, session, timeout).await
+}
+
+/// [`enter`] for an `owner` that may hold the product's lock already: then the lock is
+/// re-entered by counting (see `lock::Owner`), with the same token.
+pub async fn enter_as(
+    state: &AppState,
+    owner: Option<&Owner>,
+    product_id: i64,
+    guard: Guard,
+    session: Session,
+    timeout: Duration,
+) -> Result<(Option<StockLock>, Protection), LockError> {
     let Some(recipe) = guard.recipe() else {
         let protection = match guard {
             Guard::None => Protection::Unguarded,
@@ -490,7 +448,27 @@ pub async fn enter(
     };
     let lock = state
         .zk
-        .lock_stock(product_id, recipe, session, timeout)
+        .lock_stock_as(owner, product_id, recipe, session, timeout)
+        .await?;
+    let protection = Protection::Fenced(lock.token);
+    Ok((Some(lock), protection))
+}
+
+/// [`enter`] for a sale's lock cycle: with a ZooKeeper guard, the product's terms are
+/// read-locked too (see [`terms`]), until the lock is released.
+pub async fn enter_for_sale(
+    state: &AppState,
+    product_id: i64,
+    guard: Guard,
+    session: Session,
+    timeout: Duration,
+) -> Result<(Option<StockLock>, Protection), LockError> {
+    let Some(recipe) = guard.recipe() else {
+        return enter(state, product_id, guard, session, timeout).await;
+    };
+    let lock = state
+        .zk
+        .lock_for_sale(product_id, recipe, session, timeout)
         .await?;
     let protection = Protection::Fenced(lock.token);
     Ok((Some(lock), protection))
@@ -548,8 +526,8 @@ const NOTIFY: &str =
 const STILL_OURS: &str =
     "(($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))";
 
-/// Claims the product's row for `token`, in a commit of its own, if the token is newer than
-/// the row's: a later zxid of the same ensemble, or any zxid of an ensemble Postgres first
+/// Claims the product's row for `token`, in a commit of its own, if the token is the row's
+/// (an owner's re-entry: one grant, one node, so one holder) or newer than the row's: a later zxid of the same ensemble, or any zxid of an ensemble Postgres first
 /// saw later. The second case is how a wiped or replaced ZooKeeper, whose zxids start again
 /// from zero, takes over without anyone editing the database; and why no window opens for
 /// two writers: the order of tokens stays total, and the old ensemble's holders are fenced
@@ -560,7 +538,7 @@ async fn claim(db: &PgPool, product_id: i64, token: Token) -> Result<Option<Clai
         let epoch: Option<i64> = sqlx::query_scalar(
             "UPDATE products p SET fence_epoch = e.epoch, fence = $3
              FROM zk_ensembles e
-             WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) < (e.epoch, $3)
+             WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) <= (e.epoch, $3)
              RETURNING e.epoch",
         )
         .bind(product_id)
@@ -603,6 +581,8 @@ pub struct StockRead {
     pub unpaid: i32,
     /// Units held per buyer asked about (buyers holding none are absent).
     pub held: HashMap<String, i32>,
+    /// The product's terms as the row says now: what this read-check-write decides with.
+    pub terms: Current,
     product_id: i64,
     /// The write is fenced by this claim, if we hold a lock.
     claim: Option<Claim>,
@@ -616,9 +596,20 @@ struct Claim {
     zxid: i64,
 }
 
-/// The stock, its lifetime total, the unpaid reserved units, and the buyers' holdings as two
-/// parallel arrays (NULL when none hold any).
-type StockRow = (i32, i32, i32, Option<Vec<String>>, Option<Vec<i32>>);
+/// The stock, its lifetime total, the unpaid reserved units, the buyers' holdings as two
+/// parallel arrays (NULL when none hold any), and the terms.
+type StockRow = (
+    i32,
+    i32,
+    i32,
+    Option<Vec<String>>,
+    Option<Vec<i32>>,
+    i64,
+    i32,
+    i32,
+    i32,
+    i32,
+);
 
 pub enum Read {
     Ready(StockRead),
@@ -664,7 +655,9 @@ pub async fn read_stock(
                 (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
                  WHERE h.product_id = p.id AND h.user_id = ANY($4)),
                 (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($4))
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
+                p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
+                p.terms_version
          FROM products p WHERE p.id = $1 AND {STILL_OURS}"
     ))
     .bind(product_id)
@@ -673,8 +666,16 @@ pub async fn read_stock(
     .bind(buyers)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((stock, stocked_total, unpaid, users, units)) = row else {
+    let Some((stock, stocked_total, unpaid, users, units, price, max, limit, ttl, version)) = row
+    else {
         return Ok(Read::Fenced);
+    };
+    let terms = Current {
+        price_cents: price,
+        max_per_order: max,
+        per_user_limit: limit,
+        reservation_ttl_s: ttl,
+        terms_version: version,
     };
     let held = users
         .unwrap_or_default()
@@ -687,6 +688,7 @@ pub async fn read_stock(
         stocked_total,
         unpaid,
         held,
+        terms,
         product_id,
         claim,
     }))

@@ -1,0 +1,234 @@
+//! The source material's other recipes over HTTP: changing a product's terms (under its terms
+//! write lock), and the live views and lab holders of the terms lock and the payment
+//! semaphore the page's lock lab draws.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, put};
+use axum::Router;
+use serde::{Deserialize, Serialize};
+
+use super::{parse_id, require_admin, Json, Path};
+use crate::error::{AppError, ErrorBody};
+use crate::inventory::{self, Product, TermsChange};
+use crate::lab::{Holder, Target};
+use crate::lock::{Access, RwLockView, SemaphoreView};
+use crate::orders::PAYMENT_SEMAPHORE;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/products/{id}/terms", put(change_terms))
+        .route(
+            "/api/products/{id}/terms-lock",
+            get(terms_lock).post(terms_lab),
+        )
+        .route(
+            "/api/payments/semaphore",
+            get(semaphore).post(semaphore_lab),
+        )
+}
+
+/// Changes a product's price, limits or reservation time, under its terms write lock: the
+/// answer comes once no lock cycle on any instance is still deciding under the old terms.
+#[utoipa::path(put, path = "/api/products/{id}/terms", operation_id = "changeTerms", tag = "products", security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
+    request_body = TermsChange,
+    responses(
+        (status = 200, description = "The product under its new terms (`terms_version` one more)", body = Product),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`", body = ErrorBody<'static>),
+    ))]
+async fn change_terms(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(change): Json<TermsChange>,
+) -> Result<Json<Product>, AppError> {
+    require_admin(&state.config, &headers)?;
+    let id = parse_id(&id, "product id")?;
+    Ok(Json(inventory::change_terms(&state, id, &change).await?))
+}
+
+/// A lock view with this instance's lab holders of that lock.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct TermsLockState {
+    #[serde(flatten)]
+    view: RwLockView,
+    lab: Vec<Holder>,
+}
+
+/// The product's terms lock right now: the readers sharing it (or its writer), then the
+/// waiters in queue order, each with the node it watches.
+#[utoipa::path(get, path = "/api/products/{id}/terms-lock", operation_id = "getTermsLock", tag = "teaching", params(("id" = i64, Path, description = "The product's id")),
+    responses(
+        (status = 200, description = "Holders and waiters of the product's terms lock", body = TermsLockState),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+    ))]
+async fn terms_lock(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<TermsLockState>, AppError> {
+    let id = known_product(&state, &id).await?;
+    Ok(Json(terms_lock_state(&state, id).await?))
+}
+
+async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, AppError> {
+    let view = state
+        .zk
+        .terms_lock_view(id)
+        .await
+        .map_err(|e| AppError::Unavailable(e.into()))?;
+    let lab = state.lab.holders(Target::Terms(id, Access::Read));
+    Ok(TermsLockState { view, lab })
+}
+
+async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, AppError> {
+    let id = parse_id(raw_id, "product id")?;
+    match inventory::get(&state.db, id).await? {
+        Some(_) => Ok(id),
+        None => Err(AppError::UnknownProduct(id)),
+    }
+}
+
+/// What the lock lab asks of a terms lock.
+#[derive(Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum TermsAction {
+    /// A lab reader takes the read side and keeps it (60 s at most).
+    Read,
+    /// A lab writer takes the write side and keeps it (60 s at most): the product's sale
+    /// waits meanwhile, as it would for a terms change.
+    Write,
+    /// The oldest lab holder that holds lets go (or the oldest waiting, if none holds).
+    Release,
+    /// Every lab holder of this lock lets go.
+    Clear,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TermsLab {
+    action: TermsAction,
+}
+
+/// The lock lab's holders of the product's terms lock (admin, `--allow-unsafe-guards`).
+#[utoipa::path(post, path = "/api/products/{id}/terms-lock", operation_id = "termsLockLab", tag = "teaching", security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
+    request_body = TermsLab,
+    responses(
+        (status = 202, description = "The lock and its lab holders after the action (a new holder may still be waiting)", body = TermsLockState),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`, `demo_disabled` (no `--allow-unsafe-guards`)", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 429, description = "`too_busy`: the lab has its most holders", body = ErrorBody<'static>),
+    ))]
+async fn terms_lab(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(lab): Json<TermsLab>,
+) -> Result<(StatusCode, Json<TermsLockState>), AppError> {
+    lab_allowed(&state, &headers)?;
+    let id = known_product(&state, &id).await?;
+    let target = |access| Target::Terms(id, access);
+    match lab.action {
+        TermsAction::Read => drop(state.lab.take(&state, target(Access::Read))?),
+        TermsAction::Write => drop(state.lab.take(&state, target(Access::Write))?),
+        TermsAction::Release => drop(state.lab.release(target(Access::Read))),
+        TermsAction::Clear => drop(state.lab.clear(target(Access::Read))),
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(terms_lock_state(&state, id).await?),
+    ))
+}
+
+fn lab_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
+    require_admin(&state.config, headers)?;
+    if !state.config.allow_unsafe_guards {
+        return Err(AppError::DemoDisabled);
+    }
+    Ok(())
+}
+
+/// The payment semaphore with this instance's lab holders of it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct SemaphoreState {
+    /// Whether this server bounds payments (`--payment-concurrency` above 0).
+    enabled: bool,
+    #[serde(flatten)]
+    view: SemaphoreView,
+    lab: Vec<Holder>,
+}
+
+/// The payment provider's semaphore right now: the leases held and the acquirers waiting.
+#[utoipa::path(get, path = "/api/payments/semaphore", operation_id = "getPaymentSemaphore", tag = "teaching",
+    responses((status = 200, description = "Leases and waiters (`enabled` false without `--payment-concurrency`)", body = SemaphoreState)))]
+async fn semaphore(State(state): State<AppState>) -> Result<Json<SemaphoreState>, AppError> {
+    Ok(Json(semaphore_state(&state).await?))
+}
+
+async fn semaphore_state(state: &AppState) -> Result<SemaphoreState, AppError> {
+    let max = state.config.payment_concurrency;
+    let view = state
+        .zk
+        .semaphore_view(PAYMENT_SEMAPHORE, max)
+        .await
+        .map_err(|e| AppError::Unavailable(e.into()))?;
+    Ok(SemaphoreState {
+        enabled: max > 0,
+        view,
+        lab: state.lab.holders(Target::Lease),
+    })
+}
+
+/// What the lock lab asks of the payment semaphore.
+#[derive(Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum LeaseAction {
+    /// A lab charge takes a lease and keeps it (60 s at most): a provider call that hangs.
+    Acquire,
+    /// The oldest lab charge that holds a lease ends (or the oldest waiting, if none holds).
+    Release,
+    /// Every lab charge ends.
+    Clear,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SemaphoreLab {
+    action: LeaseAction,
+}
+
+/// The lock lab's charges on the payment semaphore (admin, `--allow-unsafe-guards`, and
+/// `--payment-concurrency`): real leases, which real payments then wait behind.
+#[utoipa::path(post, path = "/api/payments/semaphore", operation_id = "semaphoreLab", tag = "teaching", security(("admin" = [])),
+    request_body = SemaphoreLab,
+    responses(
+        (status = 202, description = "The semaphore and its lab charges after the action (a new one may still be waiting)", body = SemaphoreState),
+        (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
+        (status = 403, description = "`admin_disabled`, `demo_disabled` (no `--allow-unsafe-guards`)", body = ErrorBody<'static>),
+        (status = 404, description = "`no_lock`: no `--payment-concurrency`, so no semaphore", body = ErrorBody<'static>),
+        (status = 429, description = "`too_busy`: the lab has its most holders", body = ErrorBody<'static>),
+    ))]
+async fn semaphore_lab(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Json(lab): Json<SemaphoreLab>,
+) -> Result<(StatusCode, Json<SemaphoreState>), AppError> {
+    lab_allowed(&state, &headers)?;
+    if state.config.payment_concurrency == 0 {
+        return Err(AppError::NoSemaphore);
+    }
+    match lab.action {
+        LeaseAction::Acquire => drop(state.lab.take(&state, Target::Lease)?),
+        LeaseAction::Release => drop(state.lab.release(Target::Lease)),
+        LeaseAction::Clear => drop(state.lab.clear(Target::Lease)),
+    }
+    Ok((StatusCode::ACCEPTED, Json(semaphore_state(&state).await?)))
+}

@@ -1,0 +1,302 @@
+//! A product's terms of sale (price, limits, reservation time): kept by each instance, read
+//! again by each lock cycle, and changed under the product's terms write lock.
+//!
+//! Who sees which terms, across instances:
+//! - a **change** ([`change_terms`]) takes the product's terms lock for writing (ZooKeeper,
+//!   Curator's read-write lock layout), updates the row and bumps `terms_version`;
+//! - each **lock cycle** of a ZooKeeper-guarded product holds the read side from before it
+//!   queues for the stock lock until its commit (`Zk::lock_for_sale`), and reads the terms
+//!   from the row in its own stock transaction ([`Current`]), not from the cache.
+//!
+//! So a change waits for the cycles already deciding under the old terms, on every instance,
+//! and every cycle after it decides under the new ones; its answer means no order anywhere
+//! is still being decided on the old terms. Postgres alone would not give that for the fenced
+//! path, which holds no row lock from its read to its write. Readers share: a change waits
+//! for the cycles in flight, not for the sale to stop.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use super::{Guard, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S};
+use crate::error::AppError;
+use crate::lock::Access;
+use crate::state::AppState;
+
+/// A product's terms of sale: what the order path needs, all but the stock. Each instance
+/// keeps them (see [`Catalog`]) for the checks made before an order queues; a lock cycle
+/// decides with the row's (see [`Current`]).
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Terms {
+    pub id: i64,
+    pub price_cents: i64,
+    pub max_per_order: i32,
+    pub per_user_limit: i32,
+    pub reservation_ttl_s: i32,
+    #[sqlx(try_from = "String")]
+    pub guard: Guard,
+    pub batch_max: i32,
+    pub terms_version: i32,
+}
+
+impl Terms {
+    /// Whether orders are combined, many per lock cycle; else each takes the guard alone.
+    pub fn batched(&self) -> bool {
+        self.batch_max > 1 && self.guard != Guard::None
+    }
+
+    /// These terms, as the row now says they are.
+    pub fn now(&self, current: &Current) -> Terms {
+        Terms {
+            price_cents: current.price_cents,
+            max_per_order: current.max_per_order,
+            per_user_limit: current.per_user_limit,
+            reservation_ttl_s: current.reservation_ttl_s,
+            terms_version: current.terms_version,
+            ..self.clone()
+        }
+    }
+}
+
+/// The terms as the product's row says in a lock cycle's stock transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Current {
+    pub price_cents: i64,
+    pub max_per_order: i32,
+    pub per_user_limit: i32,
+    pub reservation_ttl_s: i32,
+    pub terms_version: i32,
+}
+
+/// This instance's copy of every product's [`Terms`], filled on first use and replaced when
+/// a lock cycle meets a newer version.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    terms: Arc<RwLock<HashMap<i64, Arc<Terms>>>>,
+}
+
+impl Catalog {
+    /// The product's terms if this instance has read them already (no query).
+    pub fn cached(&self, id: i64) -> Option<Arc<Terms>> {
+        self.terms
+            .read()
+            .expect("catalog poisoned")
+            .get(&id)
+            .cloned()
+    }
+
+    pub async fn terms(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
+        if let Some(terms) = self.cached(id) {
+            return Ok(Some(terms));
+        }
+        let terms: Option<Terms> = sqlx::query_as(
+            "SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s, guard,
+                    batch_max, terms_version
+             FROM products WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+        let Some(terms) = terms.map(Arc::new) else {
+            return Ok(None); // not cached: the product may be created later
+        };
+        Ok(Some(self.keep(terms)))
+    }
+
+    /// The terms a lock cycle decides with: `cached`, unless the row it read says otherwise
+    /// (then the newer ones are kept for the next orders' checks too).
+    pub fn current(&self, cached: &Arc<Terms>, current: &Current) -> Arc<Terms> {
+        if cached.terms_version == current.terms_version {
+            return cached.clone();
+        }
+        self.keep(Arc::new(cached.now(current)))
+    }
+
+    /// Keeps `terms` unless a newer version is kept already; returns the newest.
+    fn keep(&self, terms: Arc<Terms>) -> Arc<Terms> {
+        let mut all = self.terms.write().expect("catalog poisoned");
+        let kept = all.entry(terms.id).or_insert_with(|| terms.clone());
+        if kept.terms_version < terms.terms_version {
+            *kept = terms;
+        }
+        kept.clone()
+    }
+
+    /// Forgets the product's terms: the next order reads them again.
+    fn forget(&self, id: i64) {
+        self.terms.write().expect("catalog poisoned").remove(&id);
+    }
+}
+
+/// The admin's change to a product's terms; fields left out stay as they are.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TermsChange {
+    #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub price_cents: Option<i64>,
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub max_per_order: Option<i64>,
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub per_user_limit: Option<i64>,
+    #[schema(minimum = 1, maximum = 604_800)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub reservation_ttl_s: Option<i64>,
+}
+
+impl TermsChange {
+    /// At least one field, each within the bounds a new product's has.
+    pub fn validate(&self) -> Result<(), AppError> {
+        let fields = [
+            ("price_cents", self.price_cents, 0, MAX_PRICE_CENTS),
+            ("max_per_order", self.max_per_order, 1, MAX_PER_ORDER),
+            ("per_user_limit", self.per_user_limit, 1, MAX_PER_USER),
+            (
+                "reservation_ttl_s",
+                self.reservation_ttl_s,
+                1,
+                MAX_RESERVATION_TTL_S,
+            ),
+        ];
+        if fields.iter().all(|(_, value, _, _)| value.is_none()) {
+            return Err(AppError::invalid(
+                "give at least one of price_cents, max_per_order, per_user_limit, reservation_ttl_s",
+            ));
+        }
+        for (name, value, min, max) in fields {
+            if value.is_some_and(|v| !(min..=max).contains(&v)) {
+                return Err(AppError::invalid(format!(
+                    "{name} must be between {min} and {max}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Changes the product's terms under its terms write lock (see the module's notes), waiting
+/// at most the lock timeout for the lock cycles in flight. Returns the product as changed.
+pub async fn change_terms(
+    state: &AppState,
+    id: i64,
+    change: &TermsChange,
+) -> Result<Product, AppError> {
+    change.validate()?;
+    if super::get(&state.db, id).await?.is_none() {
+        return Err(AppError::UnknownProduct(id));
+    }
+    let write = state
+        .zk
+        .lock_terms(
+            id,
+            Access::Write,
+            "terms-change",
+            state.config.lock_timeout(),
+        )
+        .await?;
+    let changed = sqlx::query(
+        "UPDATE products SET price_cents = COALESCE($2, price_cents),
+                max_per_order = COALESCE($3, max_per_order),
+                per_user_limit = COALESCE($4, per_user_limit),
+                reservation_ttl_s = COALESCE($5, reservation_ttl_s),
+                terms_version = terms_version + 1, updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(change.price_cents)
+    .bind(change.max_per_order.map(|v| v as i32))
+    .bind(change.per_user_limit.map(|v| v as i32))
+    .bind(change.reservation_ttl_s.map(|v| v as i32))
+    .execute(&state.db)
+    .await?;
+    state.catalog.forget(id);
+    drop(write);
+    if changed.rows_affected() == 0 {
+        return Err(AppError::UnknownProduct(id));
+    }
+    state.events.touch(id);
+    let product = super::get(&state.db, id)
+        .await?
+        .ok_or(AppError::UnknownProduct(id))?;
+    tracing::info!(
+        product = id,
+        terms_version = product.terms_version,
+        price_cents = product.price_cents,
+        max_per_order = product.max_per_order,
+        per_user_limit = product.per_user_limit,
+        reservation_ttl_s = product.reservation_ttl_s,
+        "terms changed"
+    );
+    Ok(product)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(version: i32, price: i64) -> Arc<Terms> {
+        Arc::new(Terms {
+            id: 1,
+            price_cents: price,
+            max_per_order: 2,
+            per_user_limit: 1,
+            reservation_ttl_s: 600,
+            guard: Guard::Zk,
+            batch_max: 8,
+            terms_version: version,
+        })
+    }
+
+    fn current(version: i32, price: i64) -> Current {
+        Current {
+            price_cents: price,
+            max_per_order: 3,
+            per_user_limit: 2,
+            reservation_ttl_s: 60,
+            terms_version: version,
+        }
+    }
+
+    #[test]
+    fn a_cycle_decides_with_the_rows_terms_and_the_newest_are_kept() {
+        let catalog = Catalog::default();
+        let old = catalog.keep(terms(1, 100));
+        assert_eq!(catalog.current(&old, &current(1, 100)).price_cents, 100);
+        let new = catalog.current(&old, &current(2, 250));
+        assert_eq!(
+            (new.price_cents, new.max_per_order, new.terms_version),
+            (250, 3, 2)
+        );
+        assert_eq!(new.guard, Guard::Zk, "what a change cannot touch stays");
+        assert_eq!(catalog.cached(1).unwrap().terms_version, 2);
+        // A slower cycle that read the older row does not put the old terms back.
+        catalog.current(&old, &current(1, 100));
+        assert_eq!(catalog.cached(1).unwrap().terms_version, 2);
+    }
+
+    #[test]
+    fn a_change_names_at_least_one_field_within_bounds() {
+        let none = TermsChange {
+            price_cents: None,
+            max_per_order: None,
+            per_user_limit: None,
+            reservation_ttl_s: None,
+        };
+        assert_eq!(none.validate().unwrap_err().code(), "invalid_request");
+        let price = TermsChange {
+            price_cents: Some(0),
+            ..none
+        };
+        assert!(price.validate().is_ok());
+        let zero_limit = TermsChange {
+            per_user_limit: Some(0),
+            ..price
+        };
+        let err = zero_limit.validate().unwrap_err();
+        assert!(err.to_string().contains("per_user_limit"), "{err}");
+    }
+}

@@ -141,14 +141,19 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
         .collect()
 }
 
+/// What a payment keeps of its request's time for answering after its wait for a lease:
+/// the buyer hears `payment_busy` from us, not a bare timeout.
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 /// One charge, under a payment lease when `--payment-concurrency` is set: the lease is
-/// waited for until `deadline` less the provider's own time, so the answer still makes it.
+/// waited for until `deadline` less the provider's own time and [`ANSWER_MARGIN`], so the
+/// answer still makes it within the request's time limit.
 async fn charge(state: &AppState, order: &Order, deadline: Instant) -> Result<Charge, LockError> {
     let max = state.config.payment_concurrency;
     let _lease = if max > 0 {
         let left = deadline
             .saturating_duration_since(Instant::now())
-            .saturating_sub(state.payment.latency);
+            .saturating_sub(state.payment.latency + ANSWER_MARGIN);
         let label = format!("order-{}", &order.id.simple().to_string()[..8]);
         let lease = state
             .zk

@@ -1,6 +1,9 @@
-//! Our lock and Apache Curator's InterProcessMutex are the same lock: each excludes the
-//! other on `{root}/locks/stock/{id}`. Curator runs in a JVM from Debian's
-//! libcurator-recipes-java (installed by scripts/test).
+//! Our recipes and Apache Curator's are the same recipes on the same paths: the stock lock
+//! and `InterProcessMutex` exclude each other on `{root}/locks/stock/{id}`; the payment
+//! semaphore and `InterProcessSemaphoreV2` count against one N on `{root}/semaphores/payment`;
+//! a product's terms lock and `InterProcessReadWriteLock` share and exclude as one lock on
+//! `{root}/locks/terms/{id}`. Curator runs in a JVM from Debian's libcurator-recipes-java
+//! (installed by scripts/test).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,6 +26,13 @@ const JARS: &[&str] = &[
 ];
 
 fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
+    let mut all = vec![env.lock_dir(product)];
+    all.extend(args.iter().map(|a| a.to_string()));
+    java(env, "CuratorMutex.java", &all)
+}
+
+/// One of `tests/interop/*.java` on the test's ZooKeeper, with `args` after the connect string.
+fn java(env: &TestEnv, program: &str, args: &[String]) -> Command {
     let classpath: Vec<String> = JARS
         .iter()
         .map(|j| format!("/usr/share/java/{j}.jar"))
@@ -36,12 +46,11 @@ fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
     let mut cmd = Command::new("java");
     cmd.arg("-cp")
         .arg(classpath.join(":"))
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/interop/CuratorMutex.java"
+        .arg(format!(
+            "{}/tests/interop/{program}",
+            env!("CARGO_MANIFEST_DIR")
         ))
         .arg(&env.zk_connect)
-        .arg(env.lock_dir(product))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -53,9 +62,12 @@ fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
 /// A Curator process holding the product's lock (it says so before this returns); it
 /// releases on `release` at its stdin and then prints `released`.
 async fn curator_holds(env: &TestEnv, product: i64) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut holder = curator(env, product, &["hold"])
-        .spawn()
-        .expect("start java");
+    holding(curator(env, product, &["hold"])).await
+}
+
+/// Starts a Curator `hold` command and waits until it says it holds.
+async fn holding(mut command: Command) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut holder = command.spawn().expect("start java");
     let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
         .await
@@ -178,4 +190,145 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
         );
     }
     assert_eq!(env.stock(product).await, 5);
+}
+
+/// Tells a Curator holder to let go, and waits until it has.
+async fn let_go(holder: &mut Child, out: &mut Lines<BufReader<ChildStdout>>) {
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin.write_all(b"release\n").await.unwrap();
+    let released = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .expect("curator releases");
+    assert_eq!(released.unwrap().as_deref(), Some("released"));
+}
+
+/// What a Curator `try` printed: `acquired` or `timeout`.
+async fn attempt(command: &mut Command) -> String {
+    let output = command.output().await.expect("run java");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// A lab request (`POST` with the admin token); answers 202.
+async fn lab(url: &str, action: &str) -> serde_json::Value {
+    let reply = send(
+        http()
+            .post(url)
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({ "action": action })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{reply:?}");
+    reply.body
+}
+
+/// Polls a lock view (`GET url`) until `check` accepts it.
+async fn view_until(
+    url: &str,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    wait_until(Duration::from_secs(30), what, || async {
+        let reply = send(http().get(url)).await.ok()?;
+        check(&reply.body).then_some(reply.body)
+    })
+    .await
+}
+
+fn labels(tickets: &serde_json::Value) -> Vec<String> {
+    tickets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap_or("curator").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curators_semaphore_and_ours_count_against_the_same_n() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&["--allow-unsafe-guards", "--payment-concurrency", "2"])
+        .await;
+    let url = format!("{}/api/payments/semaphore", app.base_url);
+    let path = format!("{}/semaphores/payment", env.zk_root);
+    let semaphore = |args: &[&str]| {
+        let mut all = vec![path.clone(), "2".to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        java(&env, "CuratorSemaphore.java", &all)
+    };
+
+    // Curator takes one of the two leases, we take the other: Curator's next one must wait.
+    let (mut curator, mut out) = holding(semaphore(&["hold"])).await;
+    lab(&url, "acquire").await;
+    view_until(&url, "our lease held beside Curator's", |v| {
+        v["leases"].as_array().unwrap().len() == 2 && v["waiters"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(attempt(&mut semaphore(&["try", "500"])).await, "timeout");
+
+    // Our next one waits for a lease, and gets Curator's when Curator returns it.
+    lab(&url, "acquire").await;
+    let waiting = view_until(&url, "our second charge waiting", |v| {
+        labels(&v["waiters"]).contains(&"lab-2".to_string())
+    })
+    .await;
+    assert_eq!(waiting["leases"].as_array().unwrap().len(), 2, "{waiting}");
+    let_go(&mut curator, &mut out).await;
+    view_until(&url, "our waiter holding Curator's lease", |v| {
+        let held = labels(&v["leases"]);
+        held.len() == 2 && held.iter().all(|l| l.starts_with("lab-"))
+    })
+    .await;
+    // Both leases are ours now: Curator waits on them just the same.
+    assert_eq!(attempt(&mut semaphore(&["try", "500"])).await, "timeout");
+    lab(&url, "clear").await;
+    assert_eq!(attempt(&mut semaphore(&["try", "10000"])).await, "acquired");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curators_read_write_lock_and_ours_share_and_exclude_as_one() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--allow-unsafe-guards"]).await;
+    let product = create_product(&app.base_url, 3, "zk").await;
+    let url = format!("{}/api/products/{product}/terms-lock", app.base_url);
+    let path = format!("{}/locks/terms/{product}", env.zk_root);
+    let rw = |args: &[&str]| {
+        let mut all = vec![path.clone()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        java(&env, "CuratorRwLock.java", &all)
+    };
+
+    // A Curator reader and ours share the lock; a writer of either side waits.
+    let (mut reader, mut out) = holding(rw(&["read", "hold"])).await;
+    lab(&url, "read").await;
+    view_until(&url, "our reader sharing with Curator's", |v| {
+        v["holders"].as_array().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(attempt(&mut rw(&["write", "try", "500"])).await, "timeout");
+
+    // Our writer queues behind both readers, and a Curator reader after it waits too: no
+    // writer starvation across the two implementations.
+    lab(&url, "write").await;
+    view_until(&url, "our writer waiting", |v| {
+        labels(&v["waiters"]) == ["lab-2"]
+    })
+    .await;
+    assert_eq!(attempt(&mut rw(&["read", "try", "500"])).await, "timeout");
+
+    // Both readers go: our writer holds alone, and excludes Curator's reader.
+    let_go(&mut reader, &mut out).await;
+    lab(&url, "release").await;
+    let view = view_until(&url, "our writer holding", |v| {
+        labels(&v["holders"]) == ["lab-2"]
+    })
+    .await;
+    assert_eq!(view["holders"][0]["access"], "write", "{view}");
+    assert_eq!(attempt(&mut rw(&["read", "try", "500"])).await, "timeout");
+    lab(&url, "clear").await;
+    assert_eq!(
+        attempt(&mut rw(&["write", "try", "10000"])).await,
+        "acquired"
+    );
 }

@@ -15,6 +15,7 @@ mod helpers;
 mod interop;
 mod observability;
 mod products;
+mod recipes;
 mod recovery;
 mod rules;
 mod servers;

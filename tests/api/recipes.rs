@@ -1,0 +1,485 @@
+//! The source material's other recipes at work: the payment semaphore across instances, the
+//! terms read-write lock, and reentrancy. (Curator interop for each is in `interop`.)
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seckill::lock::{Owner, Recipe, Session};
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// Peak concurrency of the recorded charges, from when each started and ended at the
+/// provider: +1 at each start, −1 at each end (ends first on a tie).
+async fn peak_charges(env: &TestEnv) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(MAX(running), 0)::BIGINT FROM (
+            SELECT SUM(delta) OVER (ORDER BY at, delta) AS running FROM (
+                SELECT started_at AS at, 1 AS delta FROM payments
+                UNION ALL SELECT ended_at, -1 FROM payments) e) r",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap()
+}
+
+async fn semaphore(base: &str) -> Value {
+    send(http().get(format!("{base}/api/payments/semaphore")))
+        .await
+        .unwrap()
+        .body
+}
+
+fn owners(tickets: &Value) -> Vec<String> {
+    tickets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["owner"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_instances_never_have_more_than_n_charges_at_the_provider() {
+    let env = TestEnv::new().await;
+    let flags = ["--payment-concurrency", "2", "--payment-latency-ms", "1000"];
+    let (_servers, urls) = three_instances(&env, &flags).await;
+    let product = create_product(&urls[0], 10, "zk").await;
+
+    let replies = flash_sale(&urls, product, 6).await;
+    for reply in &replies {
+        let reply = reply.as_ref().unwrap();
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+        assert_eq!(reply.body["status"], "paid", "{reply:?}");
+    }
+    // Six charges of a second each, from three instances at once: the provider saw two at
+    // a time, never three.
+    assert_eq!(peak_charges(&env).await, 2);
+    let view = semaphore(&urls[1]).await;
+    assert_eq!(view["max_leases"], 2);
+    assert!(view["leases"].as_array().unwrap().is_empty(), "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_instances_lease_goes_with_its_session_and_the_waiter_gets_it() {
+    let env = TestEnv::new().await;
+    // Charges that outlast the test: what moves the queue is the crash, not a charge ending.
+    let flags = [
+        "--payment-concurrency",
+        "2",
+        "--payment-latency-ms",
+        "60000",
+        "--request-timeout-ms",
+        "120000",
+        "--zk-session-timeout-ms",
+        "4000",
+    ];
+    let (mut servers, urls) = three_instances(&env, &flags).await;
+    let product = create_product(&urls[0], 10, "zk").await;
+
+    let _first = spawn_order(&urls[0], product, "buyer-0");
+    let _second = spawn_order(&urls[1], product, "buyer-1");
+    wait_until(Duration::from_secs(30), "two leases held", || async {
+        let view = semaphore(&urls[2]).await;
+        let mut held = owners(&view["leases"]);
+        held.sort();
+        (held == ["instance-0", "instance-1"]).then_some(())
+    })
+    .await;
+    let third = spawn_order(&urls[2], product, "buyer-2");
+    wait_until(
+        Duration::from_secs(30),
+        "the third charge waiting",
+        || async {
+            let view = semaphore(&urls[2]).await;
+            (owners(&view["waiters"]) == ["instance-2"]).then_some(())
+        },
+    )
+    .await;
+    assert!(!third.is_finished());
+
+    servers[0].child.kill().await.unwrap();
+    let view = wait_until(Duration::from_secs(30), "the waiter holding", || async {
+        let view = semaphore(&urls[2]).await;
+        let mut held = owners(&view["leases"]);
+        held.sort();
+        (held == ["instance-1", "instance-2"]).then_some(view)
+    })
+    .await;
+    assert!(view["waiters"].as_array().unwrap().is_empty(), "{view}");
+    // The crashed instance's charge was never recorded; nobody else finished one either.
+    assert_eq!(peak_charges(&env).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payment_waits_for_a_lease_until_its_deadline_without_holding_the_stock() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&[
+            "--allow-unsafe-guards",
+            "--payment-concurrency",
+            "1",
+            "--request-timeout-ms",
+            "10000",
+        ])
+        .await;
+    let product = create_per_request_product(&app.base_url, 5, "zk").await;
+    let lab = format!("{}/api/payments/semaphore", app.base_url);
+    let act = |action: &'static str| {
+        let lab = lab.clone();
+        async move {
+            let request = http().post(lab).bearer_auth(ADMIN_TOKEN);
+            let reply = send(request.json(&json!({ "action": action })))
+                .await
+                .unwrap();
+            assert_eq!(reply.status, StatusCode::ACCEPTED, "{reply:?}");
+        }
+    };
+    // The one lease is taken by a charge that hangs.
+    act("acquire").await;
+    wait_until(
+        Duration::from_secs(30),
+        "the lab holding the lease",
+        || async {
+            (semaphore(&app.base_url).await["leases"].as_array()?.len() == 1).then_some(())
+        },
+    )
+    .await;
+
+    let waiting = spawn_order(&app.base_url, product, "payer");
+    wait_until(Duration::from_secs(30), "the payment waiting", || async {
+        let view = semaphore(&app.base_url).await;
+        (view["waiters"].as_array()?.len() == 1).then_some(())
+    })
+    .await;
+    // Its units are taken and its lock cycle is over: the stock lock is free, and another
+    // buyer is served while the payment waits.
+    assert_eq!(env.stock(product).await, 4);
+    let queue = lock_view(&app.base_url, product).await;
+    assert!(queue["holder"].is_null(), "{queue}");
+    let other = reserve(&app.base_url, product, "other").await;
+    assert_eq!(other.status, StatusCode::CREATED, "{other:?}");
+    assert!(!waiting.is_finished(), "the payment still waits");
+
+    // At its deadline it gives up: nothing charged, the units still reserved for the buyer.
+    let busy = waiting.await.unwrap().unwrap();
+    assert_eq!(busy.status, StatusCode::SERVICE_UNAVAILABLE, "{busy:?}");
+    assert_eq!(busy.code(), "payment_busy");
+    assert_eq!(busy.retry_after.as_deref(), Some("1"));
+    let order = busy.body["order_id"].as_str().unwrap().to_string();
+    assert_eq!(env.order_row(&order).await.0, "reserved");
+    let charged: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payments")
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(charged, 0);
+
+    // Once the lease is free, the buyer pays the reservation.
+    act("clear").await;
+    let paid = send(http().post(format!("{}/orders/{order}/pay", app.base_url)))
+        .await
+        .unwrap();
+    assert_eq!(paid.status, StatusCode::OK, "{paid:?}");
+    assert_eq!(paid.body["status"], "paid");
+    assert_eq!(env.stock(product).await, 3);
+}
+
+async fn change_terms(base: &str, product: i64, change: Value) -> Reply {
+    send(
+        http()
+            .put(format!("{base}/api/products/{product}/terms"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&change),
+    )
+    .await
+    .unwrap()
+}
+
+async fn terms_lock(base: &str, product: i64) -> Value {
+    send(http().get(format!("{base}/api/products/{product}/terms-lock")))
+        .await
+        .unwrap()
+        .body
+}
+
+fn labels(tickets: &Value) -> Vec<String> {
+    tickets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_new_terms() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 10, "price_cents": 1000, "batch_max": 1, "per_user_limit": 5 }),
+    )
+    .await;
+
+    // A lock cycle holds the terms (read side) and has read the stock: it stays there.
+    let mut hold = app.holds.hold_next(product);
+    let before = spawn_order(&app.base_url, product, "before");
+    hold.reached().await;
+    let view = terms_lock(&app.base_url, product).await;
+    assert_eq!(labels(&view["holders"]), ["sale"], "{view}");
+
+    let (base, change) = (app.base_url.clone(), json!({ "price_cents": 2500 }));
+    let changing = tokio::spawn(async move { change_terms(&base, product, change).await });
+    let view = wait_until(Duration::from_secs(30), "the change waiting", || async {
+        let view = terms_lock(&app.base_url, product).await;
+        (labels(&view["waiters"]) == ["terms-change"]).then_some(view)
+    })
+    .await;
+    assert_eq!(view["waiters"][0]["access"], "write", "{view}");
+    // The writer cannot be granted while the reader holds: the change has not answered.
+    assert!(!changing.is_finished());
+
+    hold.release();
+    let before = before.await.unwrap().unwrap();
+    assert_eq!(before.status, StatusCode::CREATED, "{before:?}");
+    assert_eq!(
+        before.body["amount_cents"], 1000,
+        "decided before the change"
+    );
+    let changed = changing.await.unwrap();
+    assert_eq!(changed.status, StatusCode::OK, "{changed:?}");
+    assert_eq!(changed.body["price_cents"], 2500);
+    assert_eq!(changed.body["terms_version"], 2);
+
+    let after = place_order(&http(), &app.base_url, product, "after")
+        .await
+        .unwrap();
+    assert_eq!(after.body["amount_cents"], 2500, "{after:?}");
+    let view = terms_lock(&app.base_url, product).await;
+    assert!(view["holders"].as_array().unwrap().is_empty(), "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_instance_sells_on_the_changed_terms_without_being_told() {
+    let env = TestEnv::new().await;
+    let (_servers, urls) = {
+        let a = env.spawn_process("instance-a", &[]).await;
+        let b = env.spawn_process("instance-b", &[]).await;
+        let urls = vec![a.base_url.clone(), b.base_url.clone()];
+        (vec![a, b], urls)
+    };
+    let product = create_product_with(
+        &urls[0],
+        json!({ "stock": 20, "price_cents": 700, "max_per_order": 3, "per_user_limit": 10 }),
+    )
+    .await;
+    // Instance b keeps the terms after its first order.
+    let first = place_order_of(&http(), &urls[1], product, "buyer", 2)
+        .await
+        .unwrap();
+    assert_eq!(first.body["amount_cents"], 1400, "{first:?}");
+
+    let changed = change_terms(
+        &urls[0],
+        product,
+        json!({ "price_cents": 900, "max_per_order": 1 }),
+    )
+    .await;
+    assert_eq!(changed.status, StatusCode::OK, "{changed:?}");
+
+    // b's copy says 3 per order at 700; its lock cycle reads the row and decides on 1 at 900.
+    let over = place_order_of(&http(), &urls[1], product, "buyer", 2)
+        .await
+        .unwrap();
+    assert_eq!(over.status, StatusCode::UNPROCESSABLE_ENTITY, "{over:?}");
+    assert_eq!(over.code(), "unprocessable");
+    let one = place_order_of(&http(), &urls[1], product, "buyer", 1)
+        .await
+        .unwrap();
+    assert_eq!(one.status, StatusCode::CREATED, "{one:?}");
+    assert_eq!(one.body["amount_cents"], 900, "{one:?}");
+    assert_eq!(env.stock(product).await, 17);
+    assert_eq!(audit(&urls[1], product).await["consistent"], true);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_terms_changes_get_clear_errors_and_change_nothing() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let cases = [
+        (json!({}), StatusCode::BAD_REQUEST, "invalid_request"),
+        (
+            json!({ "price_cents": -1 }),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            json!({ "per_user_limit": 0 }),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            json!({ "guard": "none" }),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            json!({ "price_cents": 1.5 }),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let reply = change_terms(&app.base_url, product, body.clone()).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (status, code),
+            "{body}: {reply:?}"
+        );
+    }
+    let reply = change_terms(&app.base_url, 999_999, json!({ "price_cents": 1 })).await;
+    assert_eq!(reply.code(), "unknown_product", "{reply:?}");
+    let anonymous = send(
+        http()
+            .put(format!("{}/api/products/{product}/terms", app.base_url))
+            .json(&json!({ "price_cents": 1 })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{anonymous:?}");
+    let product = send(http().get(format!("{}/api/products/{product}", app.base_url)))
+        .await
+        .unwrap();
+    assert_eq!(product.body["terms_version"], 1, "{product:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owner_reenters_by_counting_and_a_stranger_waits_for_the_last_release() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let zk = app.zk.clone();
+    let watcher = env.zk_client().await;
+    let timeout = Duration::from_secs(30);
+
+    let owner = Owner::new();
+    let outer = zk
+        .lock_stock_as(
+            Some(&owner),
+            product,
+            Recipe::Fair,
+            Session::Shared,
+            timeout,
+        )
+        .await
+        .unwrap();
+    let inner = zk
+        .lock_stock_as(
+            Some(&owner),
+            product,
+            Recipe::Fair,
+            Session::Shared,
+            timeout,
+        )
+        .await
+        .unwrap();
+    // Counted, not queued: one node, one token, two holds.
+    assert_eq!(env.lock_queue(&watcher, product).await.len(), 1);
+    assert_eq!(inner.token, outer.token);
+    assert_eq!(inner.node(), outer.node());
+    assert_eq!(outer.holds(), 2);
+
+    let stranger = tokio::spawn(async move {
+        zk.lock_stock_as(
+            Some(&Owner::new()),
+            product,
+            Recipe::Fair,
+            Session::Shared,
+            timeout,
+        )
+        .await
+        .map(|lock| lock.token)
+    });
+    env.wait_for_queue(&watcher, product, 2, "the stranger queued")
+        .await;
+
+    // The outer acquisition goes first: the inner still holds the node, the stranger waits.
+    let ours = outer.node().to_string();
+    drop(outer);
+    assert_eq!(inner.holds(), 1);
+    let queue = env.lock_queue(&watcher, product).await;
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    assert!(
+        ours.ends_with(&queue[0].0),
+        "{queue:?} should start with {ours}"
+    );
+    assert!(!stranger.is_finished());
+
+    let token = inner.token;
+    drop(inner);
+    let granted = stranger.await.unwrap().unwrap();
+    assert!(granted.zxid > token.zxid, "a new node, a newer token");
+}
+
+/// One counter's value in a `/metrics` text, summed over the label sets that match.
+fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweep_takes_a_products_lock_once_for_all_its_expired_reservations() {
+    let env = TestEnv::new().await;
+    // A process of its own: the metrics recorder is process-wide.
+    let server = env
+        .spawn_process("sweeper", &["--expiry-interval-ms", "200"])
+        .await;
+    let base = server.base_url.clone();
+    let product = create_product_with(
+        &base,
+        json!({ "stock": 10, "per_user_limit": 5, "batch_max": 1 }),
+    )
+    .await;
+    for i in 0..4 {
+        assert_eq!(
+            reserve(&base, product, &format!("r{i}")).await.status,
+            StatusCode::CREATED
+        );
+    }
+    let scrape = || async {
+        send(http().get(format!("{base}/metrics")))
+            .await
+            .unwrap()
+            .raw
+    };
+    let before = scrape().await;
+    let grants = |text: &str| metric(text, "seckill_lock_wait_seconds_count", "recipe=\"fair\"");
+    // All four run out at once, so one pass finds them together.
+    sqlx::query("UPDATE orders SET expires_at = now() - interval '1 second' WHERE product_id = $1")
+        .bind(product)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the stock back", || async {
+        (env.stock(product).await == 10).then_some(())
+    })
+    .await;
+    let after = scrape().await;
+    assert_eq!(
+        metric(&after, "seckill_lock_reentries_total", "recipe=\"fair\""),
+        4.0,
+        "each return re-entered the pass's lock"
+    );
+    assert_eq!(
+        grants(&after) - grants(&before),
+        1.0,
+        "one lock node for the pass"
+    );
+    assert_eq!(
+        metric(&after, "seckill_sweep_actions_total", "action=\"expired\""),
+        4.0
+    );
+}

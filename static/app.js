@@ -1,6 +1,7 @@
 // The teaching page: the shop, a two-lane flash-sale simulator, the live lock queue, herd vs
-// fair, and the crash/zombie demos. Plain ES module, no build step. Everything live comes
-// from one server-sent-events stream (/api/events); nothing here polls.
+// fair, the crash/zombie demos and the lock lab. Plain ES module, no build step. Everything
+// live comes from one server-sent-events stream (/api/events), except the lock lab's two
+// views, polled while the page is visible.
 // Every text comes from i18n.js by key; this file holds no user-visible sentence.
 
 import { t, tHtml, markup, has, escapeHtml as esc, locale, initI18n, onLanguageChange } from './i18n.js';
@@ -70,6 +71,8 @@ function renderProducts() {
   }
   fillSelect($('#queue-product'), list.filter(locked));
   fillSelect($('#demo-product'), list.filter(locked));
+  // Every product has terms, so the lab's terms lock is there whatever the guard.
+  fillSelect($('#rw-product'), list);
   renderHerd();
 }
 
@@ -347,7 +350,12 @@ async function buyer(productId, user, stats) {
 
 // ---------------------------------------------------------------- the lock queue
 
-$('#queue-product').addEventListener('change', (e) => selectQueue(e.target.value));
+$('#queue-product').addEventListener('change', (e) => {
+  selectQueue(e.target.value);
+  // The lock lab's terms lock follows the product watched here (it can pick any other).
+  $('#rw-product').value = e.target.value;
+  $('#rw-product').dispatchEvent(new Event('change'));
+});
 
 async function selectQueue(id) {
   queueProduct = Number(id) || null;
@@ -378,8 +386,9 @@ function renderQueue(view) {
   renderHerd();
   $('#queue-path').textContent = view.path;
   const tickets = [];
-  if (view.holder) tickets.push(ticket(view.holder, true, view.recipe));
-  for (const w of view.waiters) tickets.push(ticket(w, false, view.recipe));
+  if (view.holder) tickets.push(ticket(view.holder, true, t('ticket.holds')));
+  const waiting = view.recipe === 'fair' ? t('ticket.waiting') : '';
+  for (const w of view.waiters) tickets.push(ticket(w, false, waiting));
   if (view.recipe === 'herd' && view.waiting_here > 1) {
     tickets.push(`<li class="ticket waiting herd"><div class="num">${view.waiting_here - (view.holder ? 1 : 0)}</div>${t('queue.crowd')}</li>`);
   }
@@ -398,12 +407,35 @@ function renderQueue(view) {
   });
 }
 
-function ticket(tk, holding, recipe) {
+// One lock node as a numbered ticket: the lock queue's and the lock lab's. `role` says what it
+// does (holds, waits, reads...); `watch` what it watches, by default the node named in
+// `watches`, by that node's number. The node's label (an order, `lab-3`, `sale`) and its side
+// of a read-write lock (R or W) are shown when the view has them; data-* attributes carry the
+// raw node names for tests and for anyone inspecting the page.
+function ticket(tk, holding, role, watch = watchText(tk)) {
   const number = tk.seq === null ? t('ticket.lock') : `#${tk.seq}`;
-  const watches = tk.watches ? `<div class="watch">${t('ticket.watches', { seq: Number(tk.watches.split('lock-')[1]) })}</div>` : '';
-  const role = holding ? t('ticket.holds') : recipe === 'fair' ? t('ticket.waiting') : '';
-  return `<li class="ticket ${holding ? 'holding' : 'waiting'}"><div class="num">${number}</div><div>${role}</div>${watches}
+  const watches = watch ? `<div class="watch">${esc(watch)}</div>` : '';
+  const access = tk.access
+    ? `<abbr class="access" title="${esc(t(`ticket.access_${tk.access}`))}">${esc(t(`ticket.mark_${tk.access}`))}</abbr> `
+    : '';
+  const label = tk.label ? `<div class="label mono" data-ident>${esc(tk.label)}</div>` : '';
+  const data = [
+    ['node', tk.node],
+    ['watches', tk.watches],
+    ['label', tk.label],
+    ['access', tk.access],
+  ]
+    .filter(([, value]) => value !== null && value !== undefined)
+    .map(([name, value]) => ` data-${name}="${esc(value)}"`)
+    .join('');
+  return `<li class="ticket ${holding ? 'holding' : 'waiting'}"${data}><div class="num">${access}${number}</div>${label}<div>${role}</div>${watches}
     <div class="small mono" title="${esc(t('ticket.owner'))}" data-ident>${esc(tk.owner)}</div><div class="small">${tHtml('ticket.token', { token: tk.token })}</div></li>`;
+}
+
+// "watches #7": the number a node name ends with (lock-0000000007, __WRIT__0000000007...).
+function watchText(tk) {
+  const seq = /(\d+)$/.exec(tk.watches ?? '')?.[1];
+  return seq === undefined ? '' : t('ticket.watches', { seq: Number(seq) });
 }
 
 function renderHerd() {
@@ -512,6 +544,172 @@ for (const mode of ['zombie', 'crash']) {
   });
 }
 
+// ---------------------------------------------------------------- lock lab
+
+// The payment semaphore and the chosen product's terms lock, polled while the page is
+// visible (the event stream carries neither). Lab holders are real holders of those locks,
+// made and let go through the admin endpoints.
+const LAB_POLL_MS = 400;
+let semView = null; // the last semaphore view shown
+let rwView = null; // the last terms-lock view shown, for the product in #rw-product
+const labDrawn = new Map(); // list element -> what it was last drawn from (skip redraws)
+
+// Draws `html()` into `el` only when `from` (the data, in the current language) changed:
+// the views are polled, and an unchanged list is left alone (focus, screen readers).
+function drawList(el, from, html) {
+  const key = `${locale()}|${JSON.stringify(from)}`;
+  if (labDrawn.get(el) === key) return;
+  labDrawn.set(el, key);
+  el.innerHTML = html();
+}
+
+const rwProduct = () => Number($('#rw-product').value) || null;
+
+async function refreshSemaphore() {
+  const { status, body } = await api('/api/payments/semaphore');
+  if (status === 200) renderSemaphore(body);
+}
+
+async function refreshTerms() {
+  const id = rwProduct();
+  if (!id) return renderTerms(null);
+  const { status, body } = await api(`/api/products/${id}/terms-lock`);
+  // A product switched meanwhile: this answer is for the one before.
+  if (status === 200 && body.product_id === rwProduct()) renderTerms(body);
+}
+
+function renderSemaphore(view) {
+  semView = view;
+  if (!view) return;
+  $('#sem-path').textContent = view.path;
+  $('#sem-off').hidden = view.enabled;
+  for (const button of document.querySelectorAll('#sem .controls button')) button.disabled = !view.enabled;
+  // N slots: the leases held, then the free ones (more held than N only while N changes).
+  drawList($('#sem-leases'), [view.max_leases, view.leases], () => {
+    const held = view.leases.map((tk) => ticket(tk, true, t('sem.holds')));
+    const free = Array.from(
+      { length: Math.max(0, view.max_leases - view.leases.length) },
+      () => `<li class="ticket free"><div class="num">–</div><div>${t('sem.free')}</div></li>`,
+    );
+    return [...held, ...free].join('') || `<li class="empty">${t('sem.no_leases')}</li>`;
+  });
+  // The acquirer whose lease node is over N watches the leases (no one node); the ones
+  // behind it take turns at the recipe's mutex, each watching the one before.
+  drawList($('#sem-waiters'), view.waiters, () =>
+    view.waiters
+      .map((tk) => ticket(tk, false, t('ticket.waiting'), tk.watches ? watchText(tk) : t('sem.watches_leases')))
+      .join('') || `<li class="empty">${t('lab.nobody_waits')}</li>`,
+  );
+  $('#sem-leases').dataset.held = view.leases.length;
+  $('#sem-waiters').dataset.waiting = view.waiters.length;
+}
+
+function renderTerms(view) {
+  rwView = view;
+  if (!view) {
+    $('#rw-path').textContent = '';
+    drawList($('#rw-holders'), null, () => `<li class="empty">${t('rw.pick')}</li>`);
+    drawList($('#rw-waiters'), null, () => '');
+    return;
+  }
+  $('#rw-path').textContent = view.path;
+  // Readers share: all of them side by side; a writer holds alone.
+  drawList($('#rw-holders'), view.holders, () =>
+    view.holders
+      .map((tk) => ticket(tk, true, t(tk.access === 'write' ? 'rw.writes' : 'rw.reads')))
+      .join('') || `<li class="empty">${t('rw.free')}</li>`,
+  );
+  drawList($('#rw-waiters'), view.waiters, () =>
+    view.waiters.map((tk) => ticket(tk, false, t('ticket.waiting'))).join('') ||
+    `<li class="empty">${t('lab.nobody_waits')}</li>`,
+  );
+}
+
+// One poller for both panels while the page is visible; a hidden page asks nothing, and
+// polling resumes when it shows again.
+let labPolling = false;
+async function pollLab() {
+  if (labPolling) return;
+  labPolling = true;
+  while (!document.hidden) {
+    try {
+      await Promise.all([refreshSemaphore(), refreshTerms()]);
+    } catch {
+      // The server is restarting or gone: the live dot says so; try again next round.
+    }
+    await sleep(LAB_POLL_MS);
+  }
+  labPolling = false;
+}
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden) pollLab();
+});
+
+// The lab holders that went between two lists of them: the one a release let go.
+const goneFrom = (before, after) =>
+  (before ?? []).filter((h) => !(after ?? []).some((a) => a.label === h.label)).map((h) => h.label);
+
+async function labAction(path, action, out, done) {
+  const before = (path.includes('terms-lock') ? rwView : semView)?.lab;
+  const { status, body } = await api(path, { method: 'POST', headers: adminHeaders(), body: JSON.stringify({ action }) });
+  // Answers so far, ok or not, and the lab holder the last one started or let go.
+  out.dataset.answers = Number(out.dataset.answers ?? 0) + 1;
+  out.dataset.label = '';
+  if (status !== 202) {
+    // 404 no_lock from the semaphore: the server bounds no payments (its note says so).
+    if (body?.error === 'no_lock' && path.includes('semaphore')) {
+      return draw(out, () => {
+        out.className = 'result err';
+        out.innerHTML = tHtml('error.line', { status, code: markup(`<code data-ident>no_lock</code>`), message: markup(t('sem.disabled')) });
+      });
+    }
+    return showError(out, status, body);
+  }
+  out.className = 'result ok';
+  // A new holder is the newest of this lock's lab holders.
+  const started = action === 'acquire' || action === 'read' || action === 'write' ? body.lab.at(-1)?.label : undefined;
+  const [released] = goneFrom(before, body.lab);
+  // Nothing to let go: no lab holder of this lock in the last view, nor now.
+  const none = !before?.length && !body.lab.length;
+  out.dataset.label = started ?? released ?? '';
+  drawText(out, () => done({ started, released, none }));
+  if (path.includes('terms-lock')) {
+    if (body.product_id === rwProduct()) renderTerms(body);
+  } else {
+    renderSemaphore(body);
+  }
+}
+
+for (const action of ['acquire', 'release', 'clear']) {
+  $(`#sem-${action}`).addEventListener('click', () =>
+    labAction('/api/payments/semaphore', action, $('#sem-result'), ({ started, released, none }) => {
+      if (action === 'acquire') return t('sem.acquired', { label: started ?? '' });
+      if (action === 'clear') return t('sem.cleared');
+      if (released) return t('sem.released', { label: released });
+      return t(none ? 'sem.nothing' : 'sem.release_sent');
+    }),
+  );
+}
+
+for (const action of ['read', 'write', 'release', 'clear']) {
+  $(`#rw-${action}`).addEventListener('click', () => {
+    const id = rwProduct();
+    const out = $('#rw-result');
+    if (!id) return drawText(out, () => t('rw.pick'));
+    return labAction(`/api/products/${id}/terms-lock`, action, out, ({ started, released, none }) => {
+      if (action === 'read' || action === 'write') return t(`rw.started_${action}`, { label: started ?? '', id });
+      if (action === 'clear') return t('rw.cleared', { id });
+      if (released) return t('rw.released', { label: released });
+      return t(none ? 'rw.nothing' : 'rw.release_sent');
+    });
+  });
+}
+
+$('#rw-product').addEventListener('change', () => {
+  rwView = null; // another lock: its lab holders are not the last view's
+  refreshTerms();
+});
+
 // ---------------------------------------------------------------- live events
 
 // Log lines are kept as keys and params, so a language switch redraws the ones already shown.
@@ -582,6 +780,8 @@ onLanguageChange(() => {
   for (const render of drawings.values()) render();
   renderProducts();
   renderQueue(queueView);
+  renderSemaphore(semView);
+  renderTerms(rwView);
   renderLog();
 });
 
@@ -591,3 +791,4 @@ live(false, 'live.connecting');
 renderQueue(null);
 connect();
 loadProducts();
+pollLab();

@@ -26,7 +26,7 @@ const en = {
   'live.on': 'live',
   'live.reconnecting': 'reconnecting…',
   'footer':
-    'API: <code>POST /orders</code>, <code>GET /api/products</code>, <code>GET /api/products/{id}/lock</code>, <code>GET /api/events</code> — see the README.',
+    'API: <code>POST /orders</code>, <code>GET /api/products</code>, <code>GET /api/products/{id}/lock</code>, <code>GET /api/products/{id}/terms-lock</code>, <code>GET /api/payments/semaphore</code>, <code>GET /api/events</code> — see the README.',
 
   // ------------------------------------------------------------ 1 · the shop
   'shop.heading': '1 · The shop',
@@ -79,7 +79,7 @@ const en = {
   'error.unauthorized': 'a valid admin token is required',
   'error.payment_failed': 'the payment was declined; the reserved stock was returned',
   'error.admin_disabled': 'admin endpoints are disabled: start the server with <code>--admin-token</code>',
-  'error.demo_disabled': 'the none guard and the demos are disabled: start the server with <code>--allow-unsafe-guards</code>',
+  'error.demo_disabled': 'the none guard, the demos and the lock lab are disabled: start the server with <code>--allow-unsafe-guards</code>',
   'error.unknown_product': 'no such product',
   'error.order_not_found': 'no such order',
   'error.not_found': 'no such route',
@@ -100,6 +100,8 @@ const en = {
   'error.rate_limited': 'too many orders from this client; slow down',
   'error.lock_timeout': 'the product\'s lock was not granted in time; nothing changed, try again',
   'error.lock_lost': 'the product\'s lock was lost before the stock write; nothing changed, try again',
+  'error.payment_busy':
+    'the payment provider is at its limit of charges in flight; nothing was charged and the units stay reserved: pay again before the reservation expires',
   'error.unavailable': 'a backing service is unavailable, try again',
   'error.internal': 'internal error',
 
@@ -171,6 +173,10 @@ const en = {
   'ticket.watches': 'watches #{seq}',
   'ticket.owner': 'owner',
   'ticket.token': 'token {token}',
+  'ticket.mark_read': 'R',
+  'ticket.mark_write': 'W',
+  'ticket.access_read': 'reader: shares the lock with the other readers',
+  'ticket.access_write': 'writer: holds the lock alone',
 
   // ------------------------------------------------------------ 4 · herd vs fair
   'herd.heading': '4 · Herd vs fair',
@@ -215,6 +221,52 @@ const en = {
   'demo.explain_crash':
     '<strong>Crash</strong>: the next lock holder\'s session ends as it gets the lock. Its node disappears on its own; the queue moves on.',
 
+  // ------------------------------------------------------------ 6 · the lock lab
+  'lab.heading': '6 · Lock lab: a semaphore and a read-write lock',
+  'lab.hint':
+    'Two more ZooKeeper recipes, in the node layouts of Apache Curator, live from ZooKeeper. The holders you add here are real: real payments and sales wait behind them, for a minute at most. Needs the admin token (in the simulator\'s admin form) and a server with <code>--allow-unsafe-guards</code>.',
+  'lab.reentrant':
+    '<strong>Reentrancy</strong>: an owner that already holds a lock and takes it again only counts one more hold — no new node, no wait — and lets go when its count is back to zero. The expiry sweep uses it to take each product\'s lock once per pass, however many of that product\'s reservations expired.',
+  'lab.clear': 'Clear',
+  'lab.nobody_waits': 'Nobody waits.',
+  'sem.heading': 'Semaphore: the payment provider\'s cap',
+  'sem.explain':
+    'At most <em>N</em> holders at once, across every instance: here, charges in flight at the payment provider (<code>--payment-concurrency</code>). Each holder has a lease node; an acquirer whose lease node is over <em>N</em> waits, watching the leases, and acquirers take turns through a fair mutex. A crashed holder\'s lease vanishes with its session. A payment waits for a lease only until its request\'s deadline, and never holds a stock lock while it waits: its units are already reserved.',
+  'sem.disabled':
+    'This server runs without <code>--payment-concurrency</code>: payments are not bounded, so there is no semaphore to show or hold.',
+  'sem.leases': 'Leases',
+  'sem.waiters': 'Waiting for a lease, in turn',
+  'sem.holds': 'holds a lease',
+  'sem.free': 'free lease',
+  'sem.no_leases': 'No leases.',
+  'sem.watches_leases': 'watches the leases',
+  'sem.acquire': '+ slow charge',
+  'sem.release': 'End oldest charge',
+  'sem.acquired': 'Started {label}: a charge that hangs, holding a lease (or waiting for one) until you end it, a minute at most.',
+  'sem.released': 'Ended {label}: its lease is free for the next in turn.',
+  'sem.release_sent': 'Ended the oldest lab charge.',
+  'sem.nothing': 'No lab charge to end.',
+  'sem.cleared': 'Ended every lab charge on this instance.',
+  'rw.heading': 'Read-write lock: a product\'s terms',
+  'rw.explain':
+    'Readers share the lock; a writer holds it alone. Every sale lock cycle of a <code>zk</code> product reads the product\'s terms (price, limits, reservation time) under the read side while it queues for and holds the stock lock; changing the terms (<code>PUT /api/products/{id}/terms</code>) takes the write side, so no lock cycle decides under terms that are changing. A reader watches the first writer ahead of it, a writer the node just before its own. Readers that arrive behind a waiting writer wait too: a writer never starves.',
+  'rw.product': 'Product',
+  'rw.holders': 'Holding',
+  'rw.waiters': 'Waiting, in queue order',
+  'rw.reads': 'reads (shared)',
+  'rw.writes': 'writes (alone)',
+  'rw.free': 'Nobody holds the lock.',
+  'rw.pick': 'Pick a product.',
+  'rw.read': '+ reader',
+  'rw.write': '+ writer',
+  'rw.release': 'Release oldest',
+  'rw.started_read': 'Started {label}: a reader of product #{id}\'s terms, holding the read side (or waiting for it) until released, a minute at most.',
+  'rw.started_write': 'Started {label}: a writer of product #{id}\'s terms, holding the write side (or waiting for it) until released, a minute at most.',
+  'rw.released': 'Released {label}.',
+  'rw.release_sent': 'Released the oldest lab holder.',
+  'rw.nothing': 'No lab holder of this lock to release.',
+  'rw.cleared': 'Released every lab holder of product #{id}\'s terms lock on this instance.',
+
   // ------------------------------------------------------------ the event log
   'log.heading': 'Event log',
   'log.sold_out': 'Product #{id} sold out.',
@@ -241,7 +293,7 @@ const zh = {
   'live.on': '实时',
   'live.reconnecting': '重新连接中…',
   'footer':
-    'API：<code>POST /orders</code>、<code>GET /api/products</code>、<code>GET /api/products/{id}/lock</code>、<code>GET /api/events</code> — 详见 README。',
+    'API：<code>POST /orders</code>、<code>GET /api/products</code>、<code>GET /api/products/{id}/lock</code>、<code>GET /api/products/{id}/terms-lock</code>、<code>GET /api/payments/semaphore</code>、<code>GET /api/events</code> — 详见 README。',
 
   // ------------------------------------------------------------ 1 · the shop
   'shop.heading': '1 · 商店',
@@ -291,7 +343,7 @@ const zh = {
   'error.unauthorized': '需要有效的管理员令牌',
   'error.payment_failed': '支付被拒绝，预留的库存已退回',
   'error.admin_disabled': '管理接口未开启：启动服务时需加 <code>--admin-token</code>',
-  'error.demo_disabled': 'none 模式和演示已禁用：启动服务时需加 <code>--allow-unsafe-guards</code>',
+  'error.demo_disabled': 'none 模式、演示和锁实验室已禁用：启动服务时需加 <code>--allow-unsafe-guards</code>',
   'error.unknown_product': '商品不存在',
   'error.order_not_found': '订单不存在',
   'error.not_found': '接口不存在',
@@ -312,6 +364,7 @@ const zh = {
   'error.rate_limited': '下单过于频繁，请放慢速度',
   'error.lock_timeout': '未能及时获得商品的锁：未做任何更改，请重试',
   'error.lock_lost': '写库存前锁已丢失：未做任何更改，请重试',
+  'error.payment_busy': '支付服务商同时进行的扣款已达上限：未扣款，商品仍为你预留；请在预留过期前重新支付',
   'error.unavailable': '后端服务暂不可用，请重试',
   'error.internal': '服务器内部错误',
 
@@ -383,6 +436,10 @@ const zh = {
   'ticket.watches': '监听 #{seq}',
   'ticket.owner': '持有者',
   'ticket.token': '令牌 {token}',
+  'ticket.mark_read': '读',
+  'ticket.mark_write': '写',
+  'ticket.access_read': '读者：与其他读者共享锁',
+  'ticket.access_write': '写者：独占锁',
 
   // ------------------------------------------------------------ 4 · herd vs fair
   'herd.heading': '4 · 羊群锁与公平锁',
@@ -426,6 +483,51 @@ const zh = {
     '<strong>僵尸</strong>：下一个锁持有者在读库存和写库存之间停顿，直到它的会话失效、下一个买家拿到锁 — 然后照样写入。围栏令牌会拒绝这次写入。',
   'demo.explain_crash':
     '<strong>崩溃</strong>：下一个锁持有者一拿到锁，会话就结束了。它的节点自动消失，队列继续前进。',
+
+  // ------------------------------------------------------------ 6 · the lock lab
+  'lab.heading': '6 · 锁实验室：信号量与读写锁',
+  'lab.hint':
+    '另外两种 ZooKeeper 锁方案，沿用 <span lang="en" translate="no">Apache Curator</span> 的节点布局，实时取自 ZooKeeper。在这里添加的持有者是真实的：真实的支付和秒杀会排在它们后面等待，最长一分钟。需要管理员令牌（在模拟器的管理员表单中填写），且服务以 <code>--allow-unsafe-guards</code> 启动。',
+  'lab.reentrant':
+    '<strong>可重入</strong>：已持有锁的持有者再次加锁时只把持有次数加一 — 不创建新节点，也不等待 — 次数归零时才真正释放。过期清理任务借此在每一轮中对每个商品只加一次锁，无论该商品有多少预留过期。',
+  'lab.clear': '清空',
+  'lab.nobody_waits': '没有人在等待。',
+  'sem.heading': '信号量：支付服务商的并发上限',
+  'sem.explain':
+    '跨所有实例，同时最多 <em>N</em> 个持有者：这里是支付服务商处同时进行的扣款数（<code>--payment-concurrency</code>）。每个持有者有一个租约节点；租约节点排在 <em>N</em> 之后的获取者等待，并监听全部租约；获取者通过一把公平互斥锁依次进行。持有者崩溃时，它的租约随会话一起消失。支付等租约最多等到请求的截止时间，等待期间从不持有库存锁：它的商品已经预留好了。',
+  'sem.disabled': '本服务未以 <code>--payment-concurrency</code> 启动：支付不受并发限制，没有信号量可显示或持有。',
+  'sem.leases': '租约',
+  'sem.waiters': '等待租约（按顺序）',
+  'sem.holds': '持有租约',
+  'sem.free': '空闲租约',
+  'sem.no_leases': '没有租约。',
+  'sem.watches_leases': '监听全部租约',
+  'sem.acquire': '+ 慢速扣款',
+  'sem.release': '结束最早的扣款',
+  'sem.acquired': '已发起 {label}：一笔卡住的扣款，持有一个租约（或等待租约），直到你结束它，最长一分钟。',
+  'sem.released': '已结束 {label}：它的租约空出，留给下一个。',
+  'sem.release_sent': '已结束最早的实验扣款。',
+  'sem.nothing': '没有可结束的实验扣款。',
+  'sem.cleared': '已结束本实例的全部实验扣款。',
+  'rw.heading': '读写锁：商品的销售条款',
+  'rw.explain':
+    '读者共享锁；写者独占锁。<code>zk</code> 商品的每个加锁周期在排队和持有库存锁期间，都以读锁读取商品的条款（价格、限购、预留时长）；修改条款（<code>PUT /api/products/{id}/terms</code>）要拿写锁，所以不会有加锁周期按正在修改的条款做判定。读者监听排在它前面的第一个写者，写者监听紧挨在自己前面的节点。排在等待中的写者之后到达的读者也要等待：写者不会被饿死。',
+  'rw.product': '商品',
+  'rw.holders': '持有中',
+  'rw.waiters': '等待中（按排队顺序）',
+  'rw.reads': '读（共享）',
+  'rw.writes': '写（独占）',
+  'rw.free': '没有人持有锁。',
+  'rw.pick': '请选择一个商品。',
+  'rw.read': '+ 读者',
+  'rw.write': '+ 写者',
+  'rw.release': '释放最早的',
+  'rw.started_read': '已发起 {label}：商品 #{id} 条款的读者，持有读锁（或等待读锁），直到被释放，最长一分钟。',
+  'rw.started_write': '已发起 {label}：商品 #{id} 条款的写者，持有写锁（或等待写锁），直到被释放，最长一分钟。',
+  'rw.released': '已释放 {label}。',
+  'rw.release_sent': '已释放最早的实验持有者。',
+  'rw.nothing': '这把锁没有可释放的实验持有者。',
+  'rw.cleared': '已释放本实例在商品 #{id} 条款锁上的全部实验持有者。',
 
   // ------------------------------------------------------------ the event log
   'log.heading': '事件日志',

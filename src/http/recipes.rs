@@ -58,6 +58,9 @@ pub(super) struct TermsLockState {
     #[serde(flatten)]
     view: RwLockView,
     lab: Vec<Holder>,
+    /// The lab holder a `release` let go of, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released: Option<String>,
 }
 
 /// The product's terms lock right now: the readers sharing it (or its writer), then the
@@ -83,7 +86,11 @@ async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, A
         .await
         .map_err(|e| AppError::Unavailable(e.into()))?;
     let lab = state.lab.holders(Target::Terms(id, Access::Read));
-    Ok(TermsLockState { view, lab })
+    Ok(TermsLockState {
+        view,
+        lab,
+        released: None,
+    })
 }
 
 async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, AppError> {
@@ -163,6 +170,9 @@ pub(super) struct SemaphoreState {
     #[serde(flatten)]
     view: SemaphoreView,
     lab: Vec<Holder>,
+    /// The lab charge a `release` ended, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released: Option<String>,
 }
 
 /// The payment provider's semaphore right now: the leases held and the acquirers waiting.
@@ -183,6 +193,7 @@ async fn semaphore_state(state: &AppState) -> Result<SemaphoreState, AppError> {
         enabled: max > 0,
         view,
         lab: state.lab.holders(Target::Lease),
+        released: None,
     })
 }
 
@@ -225,10 +236,17 @@ async fn semaphore_lab(
     if state.config.payment_concurrency == 0 {
         return Err(AppError::NoSemaphore);
     }
-    match lab.action {
-        LeaseAction::Acquire => drop(state.lab.take(&state, Target::Lease)?),
-        LeaseAction::Release => drop(state.lab.release(Target::Lease)),
-        LeaseAction::Clear => drop(state.lab.clear(Target::Lease)),
-    }
-    Ok((StatusCode::ACCEPTED, Json(semaphore_state(&state).await?)))
+    let released = match lab.action {
+        LeaseAction::Acquire => state.lab.take(&state, Target::Lease).map(|_| None)?,
+        LeaseAction::Release => state.lab.release(Target::Lease),
+        LeaseAction::Clear => {
+            state.lab.clear(Target::Lease);
+            None
+        }
+    };
+    let answer = SemaphoreState {
+        released,
+        ..semaphore_state(&state).await?
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)))
 }

@@ -219,10 +219,15 @@ impl Zk {
         if leases.len() > max {
             waiters.extend(leases.pop());
         }
-        // The mutex holder is the one at the leases (drawn there, or between its steps).
+        // The mutex holder is the one at the leases (drawn there, or between its steps): the
+        // next in turn watches its mutex node, drawn as that acquirer's lease node.
+        let at_the_leases = waiters.first().map(|t| t.node.clone());
         let mut previous: Option<String> = None;
         for (i, mut turn) in turns.into_iter().enumerate() {
             turn.watches = previous.replace(turn.node.clone());
+            if i == 1 {
+                turn.watches = at_the_leases.clone().or(turn.watches);
+            }
             if i > 0 {
                 waiters.push(turn);
             }

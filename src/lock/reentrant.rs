@@ -26,9 +26,12 @@ impl Owner {
     }
 }
 
-/// The grants owners hold now, per owner and lock directory.
+/// Per owner and lock directory: the grant it holds, and the grant's token.
+type Held<G> = HashMap<(Owner, String), (Weak<G>, Token)>;
+
+/// The grants owners hold now.
 pub(super) struct Reentries<G> {
-    held: Mutex<HashMap<(Owner, String), (Weak<G>, Token)>>,
+    held: Mutex<Held<G>>,
 }
 
 impl<G> Default for Reentries<G> {

@@ -87,8 +87,9 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
     )
     .await;
     let orders: Vec<Order> = orders.into_iter().map(|(order, _)| order).collect();
-    let (mut charged, mut answers): (Vec<(&Order, Charge)>, Vec<(usize, Answer)>) =
-        (Vec::new(), Vec::new());
+    let mut charged: Vec<(&Order, Charge)> = Vec::new();
+    // The orders not charged, by their place in `orders`, with their answers.
+    let mut answers: Vec<(usize, Answer)> = Vec::new();
     let mut unclaimed = Vec::new();
     for (at, (order, attempt)) in orders.iter().zip(attempts).enumerate() {
         match attempt {

@@ -91,6 +91,13 @@ impl Catalog {
         if let Some(terms) = self.cached(id) {
             return Ok(Some(terms));
         }
+        self.reload(db, id).await
+    }
+
+    /// The product's terms as the row says now (kept if newer than this instance's copy):
+    /// before refusing an order on this instance's copy, which may predate a change made
+    /// through another instance.
+    pub async fn reload(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
         let terms: Option<Terms> = sqlx::query_as(
             "SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s, guard,
                     batch_max, terms_version
@@ -130,7 +137,8 @@ impl Catalog {
     }
 }
 
-/// The admin's change to a product's terms; fields left out stay as they are.
+/// The admin's change to a product's terms; fields left out (or null) stay as they are, and
+/// a change of nothing changes nothing (no lock, no new version).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TermsChange {
@@ -149,7 +157,15 @@ pub struct TermsChange {
 }
 
 impl TermsChange {
-    /// At least one field, each within the bounds a new product's has.
+    /// Whether it names no field.
+    pub fn is_empty(&self) -> bool {
+        self.price_cents.is_none()
+            && self.max_per_order.is_none()
+            && self.per_user_limit.is_none()
+            && self.reservation_ttl_s.is_none()
+    }
+
+    /// Each field given within the bounds a new product's has.
     pub fn validate(&self) -> Result<(), AppError> {
         let fields = [
             ("price_cents", self.price_cents, 0, MAX_PRICE_CENTS),
@@ -162,11 +178,6 @@ impl TermsChange {
                 MAX_RESERVATION_TTL_S,
             ),
         ];
-        if fields.iter().all(|(_, value, _, _)| value.is_none()) {
-            return Err(AppError::invalid(
-                "give at least one of price_cents, max_per_order, per_user_limit, reservation_ttl_s",
-            ));
-        }
         for (name, value, min, max) in fields {
             if value.is_some_and(|v| !(min..=max).contains(&v)) {
                 return Err(AppError::invalid(format!(
@@ -186,8 +197,11 @@ pub async fn change_terms(
     change: &TermsChange,
 ) -> Result<Product, AppError> {
     change.validate()?;
-    if super::get(&state.db, id).await?.is_none() {
+    let Some(product) = super::get(&state.db, id).await? else {
         return Err(AppError::UnknownProduct(id));
+    };
+    if change.is_empty() {
+        return Ok(product);
     }
     let write = state
         .zk
@@ -279,19 +293,19 @@ mod tests {
     }
 
     #[test]
-    fn a_change_names_at_least_one_field_within_bounds() {
+    fn a_change_keeps_each_field_within_bounds() {
         let none = TermsChange {
             price_cents: None,
             max_per_order: None,
             per_user_limit: None,
             reservation_ttl_s: None,
         };
-        assert_eq!(none.validate().unwrap_err().code(), "invalid_request");
+        assert!(none.is_empty() && none.validate().is_ok());
         let price = TermsChange {
             price_cents: Some(0),
             ..none
         };
-        assert!(price.validate().is_ok());
+        assert!(!price.is_empty() && price.validate().is_ok());
         let zero_limit = TermsChange {
             per_user_limit: Some(0),
             ..price

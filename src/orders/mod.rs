@@ -266,11 +266,17 @@ pub async fn admit(
     if state.sold_out.is_raised(&new.product_id.to_string()) {
         return Err(AppError::SoldOut { order_id: None });
     }
-    let terms = state
+    let mut terms = state
         .catalog
         .terms(&state.db, new.product_id)
         .await?
         .ok_or(AppError::UnknownProduct(new.product_id))?;
+    // A refusal on this instance's copy of the terms is checked against the row first: the
+    // terms may have changed through another instance (a lock cycle would catch up, but a
+    // refused order never reaches one).
+    if new.quantity_for(&terms).is_err() {
+        terms = fresh_terms(state, new.product_id).await?;
+    }
     let quantity = new.quantity_for(&terms).map_err(AppError::Unprocessable)?;
     let amount_cents = terms
         .price_cents
@@ -288,7 +294,10 @@ pub async fn admit(
         .fetch_optional(&state.db)
         .await?;
         if held.unwrap_or(0) + quantity > terms.per_user_limit {
-            return Err(AppError::PurchaseLimit { order_id: None });
+            terms = fresh_terms(state, terms.id).await?;
+            if held.unwrap_or(0) + quantity > terms.per_user_limit {
+                return Err(AppError::PurchaseLimit { order_id: None });
+            }
         }
     }
     Ok(Admitted {
@@ -298,6 +307,12 @@ pub async fn admit(
         amount_cents,
         pay: new.pay,
     })
+}
+
+/// The product's terms from its row (see [`inventory::Catalog::reload`]).
+async fn fresh_terms(state: &AppState, id: i64) -> Result<Arc<Terms>, AppError> {
+    let terms = state.catalog.reload(&state.db, id).await?;
+    terms.ok_or(AppError::UnknownProduct(id))
 }
 
 /// Whether this instance has room for one more order of the product (the queue checks

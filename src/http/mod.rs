@@ -193,25 +193,52 @@ where
     }
 }
 
-/// `axum::Json`, but its rejections answer in our error shape and codes.
+/// `axum::Json`, but its rejections answer in our error shape and codes, and a body must be a
+/// JSON object: serde would also build a struct from an array of its fields in order
+/// (`[null, null]`), which no client means and the API description does not allow.
 pub struct Json<T>(pub T);
 
 impl<S, T> FromRequest<S> for Json<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    axum::Json<Object<T>>: FromRequest<S, Rejection = JsonRejection>,
     S: Send + Sync,
 {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
+        match axum::Json::<Object<T>>::from_request(req, state).await {
+            Ok(axum::Json(Object(value))) => Ok(Json(value)),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(AppError::UnsupportedMediaType),
             Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(AppError::PayloadTooLarge(MAX_BODY_BYTES))
             }
             Err(r) => Err(AppError::InvalidRequest(r.body_text())),
         }
+    }
+}
+
+/// `T`, deserialised from a JSON object only.
+pub struct Object<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(Fields(std::marker::PhantomData))
+            .map(Object)
     }
 }
 

@@ -94,6 +94,27 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             .expect(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
         case("broken JSON", post.clone(), "/orders", "{\"product_id\": "),
         case("not an object", post.clone(), "/orders", "[1, 2]"),
+        // serde would build the struct from its fields in order; a body is an object.
+        case(
+            "fields as an array",
+            post.clone(),
+            "/orders",
+            format!("[{product}, \"mallory\", 1, true]"),
+        ),
+        case(
+            "terms as an array",
+            Method::PUT,
+            format!("/api/products/{product}/terms"),
+            "[null, null]",
+        )
+        .auth(ADMIN_TOKEN),
+        case(
+            "terms out of bounds",
+            Method::PUT,
+            format!("/api/products/{product}/terms"),
+            json!({ "max_per_order": 0 }).to_string(),
+        )
+        .auth(ADMIN_TOKEN),
         case(
             "missing user",
             post.clone(),
@@ -381,6 +402,12 @@ async fn bad_requests_get_a_json_error_and_change_nothing() {
             c.name
         );
         assert_eq!(env.stock(product).await, 5, "{}: stock changed", c.name);
+        let terms: i32 = sqlx::query_scalar("SELECT terms_version FROM products WHERE id = $1")
+            .bind(product)
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
+        assert_eq!(terms, 1, "{}: the terms changed", c.name);
         assert_eq!(
             env.total_orders().await,
             0,

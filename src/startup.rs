@@ -35,6 +35,12 @@ impl Application {
             config.db_statement_timeout_ms < config.zk_session_timeout_ms,
             "--db-statement-timeout-ms must be below --zk-session-timeout-ms: a stock write must not outlive its lock"
         );
+        anyhow::ensure!(
+            config.payment_concurrency == 0
+                || Duration::from_millis(config.payment_latency_ms) + crate::orders::ANSWER_MARGIN
+                    < config.request_timeout(),
+            "with --payment-concurrency, --payment-latency-ms plus 1 s must be below --request-timeout-ms: a charge must fit in its request after its wait for a lease"
+        );
         let options = PgConnectOptions::from_str(&config.database_url)
             .context("parsing --database-url")?
             .options([(

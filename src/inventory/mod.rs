@@ -696,18 +696,24 @@ pub async fn read_stock(
 
 impl StockRead {
     /// Writes the stock read-check-write decided on. `None` if a newer holder claimed the row
-    /// since our claim: nothing is written (the transaction rolls back when dropped).
+    /// since our claim, or the terms changed since our read: nothing is written (the
+    /// transaction rolls back when dropped).
     pub async fn write(
         mut self,
         next: i32,
     ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+        // The terms read with the stock must still be the row's: a holder that lost its
+        // locks mid-cycle (session expired) would otherwise decide under terms a change has
+        // replaced since, which the terms lock alone cannot stop once it is gone.
         let written = sqlx::query(&format!(
-            "UPDATE products p SET stock = $4, updated_at = now() WHERE id = $1 AND {STILL_OURS} {NOTIFY}"
+            "UPDATE products p SET stock = $4, updated_at = now()
+             WHERE id = $1 AND {STILL_OURS} AND p.terms_version = $5 {NOTIFY}"
         ))
         .bind(self.product_id)
         .bind(self.claim.map(|c| c.epoch))
         .bind(self.claim.map(|c| c.zxid))
         .bind(next)
+        .bind(self.terms.terms_version)
         .fetch_optional(&mut *self.tx)
         .await?;
         Ok(written.map(|_| self.tx))

@@ -55,7 +55,7 @@ use crate::state::AppState;
 use crate::telemetry::metrics;
 use batch::Ticket;
 use demo::Demo;
-pub use pay::{pay, PAYMENT_SEMAPHORE};
+pub use pay::{pay, ANSWER_MARGIN, PAYMENT_SEMAPHORE};
 pub use store::get;
 
 /// A buyer's request. Serialised again (defaults filled in) as the Idempotency-Key fingerprint.

@@ -115,6 +115,15 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
         // they stay payable until their deadline.
         if let Err(e) = store::unclaim(&state.db, &unclaimed).await {
             tracing::warn!(error = %e, "could not give uncharged orders back their reservation");
+            // Not payable again yet: say what is true (nothing charged, try again later).
+            for (_, answer) in &mut answers {
+                if let Err(AppError::PaymentBusy { order_id }) = answer {
+                    let order_id = *order_id;
+                    *answer = Err(AppError::Unavailable(anyhow!(
+                        "order {order_id}: not charged, and its reservation could not be restored yet"
+                    )));
+                }
+            }
         }
     }
     let (orders, charges): (Vec<&Order>, Vec<Charge>) = charged.into_iter().unzip();
@@ -143,8 +152,9 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
 }
 
 /// What a payment keeps of its request's time for answering after its wait for a lease:
-/// the buyer hears `payment_busy` from us, not a bare timeout.
-const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+/// the buyer hears `payment_busy` from us, not a bare timeout. (Its request started a
+/// little before the order was placed: admission's checks.)
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// One charge, under a payment lease when `--payment-concurrency` is set: the lease is
 /// waited for until `deadline` less the provider's own time and [`ANSWER_MARGIN`], so the

@@ -33,6 +33,9 @@ const LEASE: Duration = Duration::from_secs(30);
 /// Rows one pass takes per question.
 const PASS: i64 = 100;
 
+/// Reservations of one product the expiry returns under one hold of its lock.
+const RETURNS_PER_HOLD: usize = 10;
+
 /// Sweeps until the task is aborted (shutdown).
 pub async fn run(state: AppState) {
     let interval = Duration::from_millis(state.config.expiry_interval_ms);
@@ -97,10 +100,10 @@ async fn take(
 
 /// One pass of the expiry: returns the stock of reservations past their deadline.
 ///
-/// Per product, the pass takes the product's lock once as its [`Owner`] and each return
-/// re-enters it by counting: one lock node and one queue turn for the product's whole pass,
-/// not one per expired order (each return still commits on its own, fenced by the same
-/// token).
+/// Per product, the pass takes the product's lock once as its [`Owner`] for up to
+/// [`RETURNS_PER_HOLD`] returns, and each return re-enters it by counting: one lock node and
+/// one queue turn for them, not one per expired order (each return still commits on its own,
+/// fenced by the same token). Between holds the product's buyers get their turns.
 pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
     let due = take(state, "reserved", "expires_at", Duration::ZERO).await?;
     let mut by_product: BTreeMap<i64, Vec<&Order>> = BTreeMap::new();
@@ -108,7 +111,16 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
         by_product.entry(order.product_id).or_default().push(order);
     }
     let mut expired = 0;
-    for (product, orders) in by_product {
+    // A few returns per hold: sales of the product wait while the sweep holds its lock.
+    let mut holds: Vec<(i64, &[&Order])> = Vec::new();
+    for (product, orders) in &by_product {
+        holds.extend(
+            orders
+                .chunks(RETURNS_PER_HOLD)
+                .map(|chunk| (*product, chunk)),
+        );
+    }
+    for (product, orders) in holds {
         let owner = Owner::new();
         let _pass = hold_for_pass(state, &owner, product).await;
         for order in orders {

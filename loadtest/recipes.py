@@ -7,10 +7,11 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from bench import zk_zxid as zxid  # loadtest/ is on the path: this script's directory
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "loadtest" / "results"
@@ -25,17 +26,6 @@ MODES = [
     ("write", "terms write lock (a terms change)", 1),
 ]
 CONTENDERS = [1, 8]
-
-
-def zxid(connect):
-    """ZooKeeper's last zxid: it grows by one per committed write (every client's)."""
-    host, port = connect.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(b"srvr")
-        out = b""
-        while chunk := s.recv(4096):
-            out += chunk
-    return int(re.search(rb"Zxid: (0x[0-9a-f]+)", out).group(1), 16)
 
 
 def main():

@@ -166,41 +166,29 @@ impl NewProduct {
         if self.name.chars().any(char::is_control) {
             return Err("name must not contain control characters".into());
         }
-        if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
-            return Err(format!(
-                "price_cents must be between 0 and {MAX_PRICE_CENTS}"
-            ));
-        }
-        if !(0..=MAX_STOCK).contains(&self.stock) {
-            return Err(format!("stock must be between 0 and {MAX_STOCK}"));
-        }
-        if let Some(max) = self.max_per_order {
-            if !(1..=MAX_PER_ORDER).contains(&max) {
-                return Err(format!(
-                    "max_per_order must be between 1 and {MAX_PER_ORDER}"
-                ));
-            }
-        }
-        if let Some(limit) = self.per_user_limit {
-            if !(1..=MAX_PER_USER).contains(&limit) {
-                return Err(format!(
-                    "per_user_limit must be between 1 and {MAX_PER_USER}"
-                ));
-            }
-        }
-        if let Some(ttl) = self.reservation_ttl_s {
-            if !(1..=MAX_RESERVATION_TTL_S).contains(&ttl) {
-                return Err(format!(
-                    "reservation_ttl_s must be between 1 and {MAX_RESERVATION_TTL_S}"
-                ));
-            }
-        }
-        if let Some(batch) = self.batch_max {
-            if !(1..=MAX_BATCH).contains(&batch) {
-                return Err(format!("batch_max must be between 1 and {MAX_BATCH}"));
-            }
-        }
+        within("price_cents", Some(self.price_cents), 0, MAX_PRICE_CENTS)?;
+        within("stock", Some(self.stock), 0, MAX_STOCK)?;
+        within("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
+        within("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
+        within(
+            "reservation_ttl_s",
+            self.reservation_ttl_s,
+            1,
+            MAX_RESERVATION_TTL_S,
+        )?;
+        within("batch_max", self.batch_max, 1, MAX_BATCH)?;
         Ok(())
+    }
+}
+
+/// A field's value, if given, within `min..=max`; else a message naming the field. (A new
+/// product's fields and a change of its terms share these bounds.)
+fn within(field: &str, value: Option<i64>, min: i64, max: i64) -> Result<(), String> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(format!("{field} must be between {min} and {max}"))
+        }
+        _ => Ok(()),
     }
 }
 

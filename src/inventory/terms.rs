@@ -20,7 +20,9 @@ use std::sync::{Arc, RwLock};
 use serde::Deserialize;
 use sqlx::PgPool;
 
-use super::{Guard, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S};
+use super::{
+    within, Guard, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S,
+};
 use crate::error::AppError;
 use crate::lock::Access;
 use crate::state::AppState;
@@ -167,24 +169,17 @@ impl TermsChange {
 
     /// Each field given within the bounds a new product's has.
     pub fn validate(&self) -> Result<(), AppError> {
-        let fields = [
-            ("price_cents", self.price_cents, 0, MAX_PRICE_CENTS),
-            ("max_per_order", self.max_per_order, 1, MAX_PER_ORDER),
-            ("per_user_limit", self.per_user_limit, 1, MAX_PER_USER),
-            (
-                "reservation_ttl_s",
-                self.reservation_ttl_s,
-                1,
-                MAX_RESERVATION_TTL_S,
-            ),
-        ];
-        for (name, value, min, max) in fields {
-            if value.is_some_and(|v| !(min..=max).contains(&v)) {
-                return Err(AppError::invalid(format!(
-                    "{name} must be between {min} and {max}"
-                )));
-            }
-        }
+        let field =
+            |name, value, min, max| within(name, value, min, max).map_err(AppError::InvalidRequest);
+        field("price_cents", self.price_cents, 0, MAX_PRICE_CENTS)?;
+        field("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
+        field("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
+        field(
+            "reservation_ttl_s",
+            self.reservation_ttl_s,
+            1,
+            MAX_RESERVATION_TTL_S,
+        )?;
         Ok(())
     }
 }

@@ -81,52 +81,24 @@ impl Zk {
     pub async fn queue(&self, product_id: i64, recipe: Recipe) -> Result<QueueView, zk::Error> {
         let client = self.client();
         let dir = self.lock_dir(recipe, product_id);
-        metrics::zk("get_children");
-        let mut names: Vec<(Option<u64>, String)> = match client.list_children(&dir).await {
-            Ok(children) => children
-                .into_iter()
-                .map(|c| (node::sequence(&c), c))
-                .collect(),
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(e),
-        };
+        // The herd's one node has no sequence: it sorts first, alone.
+        let mut names: Vec<(Option<u64>, String)> = children(&client, &dir)
+            .await?
+            .into_iter()
+            .map(|c| (node::sequence(&c), c))
+            .collect();
         names.sort_unstable();
         let nodes = names.len();
         names.truncate(QUEUE_VIEW_MAX);
-        let mut tickets = Vec::new();
-        if !names.is_empty() {
-            metrics::zk("multi_read");
-            let mut reader = client.new_multi_reader();
-            for (_, name) in &names {
-                reader.add_get_data(&format!("{dir}/{name}"))?;
+        let mut tickets = tickets(&client, &dir, names).await?;
+        let mut previous: Option<String> = None;
+        for ticket in &mut tickets {
+            // Each fair waiter watches the node just before it; the herd's data is no label.
+            let name = Some(ticket.node.clone());
+            if recipe == Recipe::Fair {
+                ticket.watches = std::mem::replace(&mut previous, name);
             }
-            let mut previous: Option<String> = None;
-            for ((seq, name), result) in names.into_iter().zip(reader.commit().await?) {
-                // A node that went between the listing and the read is simply not drawn.
-                let zk::MultiReadResult::Data { data, stat } = result else {
-                    continue;
-                };
-                let data = String::from_utf8_lossy(&data);
-                let owner = data
-                    .split_once('#')
-                    .map_or(&*data, |(owner, _)| owner)
-                    .to_string();
-                let watches = if recipe == Recipe::Fair {
-                    previous.clone()
-                } else {
-                    None
-                };
-                previous = Some(name.clone());
-                tickets.push(Ticket {
-                    node: name,
-                    seq,
-                    owner,
-                    watches,
-                    token: stat.czxid,
-                    label: None,
-                    access: None,
-                });
-            }
+            ticket.label = None;
         }
         let mut tickets = tickets.into_iter();
         let holder = tickets.next().map(|t| Ticket { watches: None, ..t });
@@ -145,11 +117,12 @@ impl Zk {
 }
 
 /// A directory's nodes, given in queue order as `(sequence, name)`, as tickets (owner and
-/// label from each node's data, read in one multi-read); nodes gone meanwhile are skipped.
+/// label from each node's data, read in one multi-read, so a consistent snapshot); nodes
+/// gone meanwhile are skipped.
 async fn tickets(
     client: &zk::Client,
     dir: &str,
-    names: Vec<(u64, String)>,
+    names: Vec<(Option<u64>, String)>,
 ) -> Result<Vec<Ticket>, zk::Error> {
     if names.is_empty() {
         return Ok(Vec::new());
@@ -171,7 +144,7 @@ async fn tickets(
         };
         tickets.push(Ticket {
             node: name,
-            seq: Some(seq),
+            seq,
             owner,
             watches: None,
             token: stat.czxid,
@@ -193,10 +166,10 @@ async fn children(client: &zk::Client, dir: &str) -> Result<Vec<String>, zk::Err
 }
 
 /// Sorted `(sequence, name)` of the children named like `lock_name` contenders.
-fn in_turn(children: Vec<String>, lock_name: &str) -> Vec<(u64, String)> {
-    let mut names: Vec<(u64, String)> = children
+fn in_turn(children: Vec<String>, lock_name: &str) -> Vec<(Option<u64>, String)> {
+    let mut names: Vec<(Option<u64>, String)> = children
         .into_iter()
-        .filter_map(|c| Some((node::sequence_after(&c, lock_name)?, c)))
+        .filter_map(|c| Some((Some(node::sequence_after(&c, lock_name)?), c)))
         .collect();
     names.sort_unstable();
     names.truncate(QUEUE_VIEW_MAX);
@@ -249,7 +222,7 @@ impl Zk {
         queue.truncate(QUEUE_VIEW_MAX);
         let names = queue
             .iter()
-            .map(|(seq, _, name)| (*seq, name.clone()))
+            .map(|(seq, _, name)| (Some(*seq), name.clone()))
             .collect();
         let mut holders = Vec::new();
         let mut waiters = Vec::new();

@@ -426,6 +426,17 @@ pub async fn lock_view(base: &str, product: i64) -> Value {
     reply.body
 }
 
+/// One field of each ticket of a lock view's list (`holders`, `waiters`, `leases`...), ""
+/// where a ticket has none (a Curator node has no label).
+pub fn each(tickets: &Value, field: &str) -> Vec<String> {
+    tickets
+        .as_array()
+        .expect("a list of tickets")
+        .iter()
+        .map(|t| t[field].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 pub async fn audit(base_url: &str, product_id: i64) -> Value {
     let reply = send(http().get(format!("{base_url}/api/products/{product_id}/audit")))
         .await

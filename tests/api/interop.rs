@@ -102,12 +102,7 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
     assert_eq!(env.stock(product).await, 3);
     assert!(!order.is_finished());
 
-    let mut stdin = holder.stdin.take().unwrap();
-    stdin.write_all(b"release\n").await.unwrap();
-    let released = tokio::time::timeout(Duration::from_secs(30), out.next_line())
-        .await
-        .expect("curator releases");
-    assert_eq!(released.unwrap().as_deref(), Some("released"));
+    let_go(&mut holder, &mut out).await;
     let reply = tokio::time::timeout(Duration::from_secs(30), order)
         .await
         .expect("order proceeds")
@@ -162,7 +157,7 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
         serde_json::json!({ "stock": 10, "batch_max": 64 }),
     )
     .await;
-    let (mut holder, _out) = curator_holds(&env, product).await;
+    let (mut holder, mut out) = curator_holds(&env, product).await;
 
     let orders: Vec<_> = (0..5)
         .map(|i| spawn_order(&app.base_url, product, &format!("buyer-{i}")))
@@ -179,8 +174,7 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
     assert_eq!(queue.len(), 2, "{queue:?}");
     assert_eq!(queue[1].1, "seckill", "{queue:?}");
 
-    let mut stdin = holder.stdin.take().unwrap();
-    stdin.write_all(b"release\n").await.unwrap();
+    let_go(&mut holder, &mut out).await;
     for order in orders {
         let reply = order.await.unwrap().unwrap();
         assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
@@ -235,15 +229,6 @@ async fn view_until(
     .await
 }
 
-fn labels(tickets: &serde_json::Value) -> Vec<String> {
-    tickets
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["label"].as_str().unwrap_or("curator").to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn curators_semaphore_and_ours_count_against_the_same_n() {
     let env = TestEnv::new().await;
@@ -270,13 +255,13 @@ async fn curators_semaphore_and_ours_count_against_the_same_n() {
     // Our next one waits for a lease, and gets Curator's when Curator returns it.
     lab(&url, "acquire").await;
     let waiting = view_until(&url, "our second charge waiting", |v| {
-        labels(&v["waiters"]).contains(&"lab-2".to_string())
+        each(&v["waiters"], "label").contains(&"lab-2".to_string())
     })
     .await;
     assert_eq!(waiting["leases"].as_array().unwrap().len(), 2, "{waiting}");
     let_go(&mut curator, &mut out).await;
     view_until(&url, "our waiter holding Curator's lease", |v| {
-        let held = labels(&v["leases"]);
+        let held = each(&v["leases"], "label");
         held.len() == 2 && held.iter().all(|l| l.starts_with("lab-"))
     })
     .await;
@@ -312,7 +297,7 @@ async fn curators_read_write_lock_and_ours_share_and_exclude_as_one() {
     // writer starvation across the two implementations.
     lab(&url, "write").await;
     view_until(&url, "our writer waiting", |v| {
-        labels(&v["waiters"]) == ["lab-2"]
+        each(&v["waiters"], "label") == ["lab-2"]
     })
     .await;
     assert_eq!(attempt(&mut rw(&["read", "try", "500"])).await, "timeout");
@@ -321,7 +306,7 @@ async fn curators_read_write_lock_and_ours_share_and_exclude_as_one() {
     let_go(&mut reader, &mut out).await;
     lab(&url, "release").await;
     let view = view_until(&url, "our writer holding", |v| {
-        labels(&v["holders"]) == ["lab-2"]
+        each(&v["holders"], "label") == ["lab-2"]
     })
     .await;
     assert_eq!(view["holders"][0]["access"], "write", "{view}");

@@ -30,15 +30,6 @@ async fn semaphore(base: &str) -> Value {
         .body
 }
 
-fn owners(tickets: &Value) -> Vec<String> {
-    tickets
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["owner"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn three_instances_never_have_more_than_n_charges_at_the_provider() {
     let env = TestEnv::new().await;
@@ -85,7 +76,7 @@ async fn a_crashed_instances_lease_goes_with_its_session_and_the_waiter_gets_it(
     let _second = spawn_order(&urls[1], product, "buyer-1");
     wait_until(Duration::from_secs(30), "two leases held", || async {
         let view = semaphore(&urls[2]).await;
-        let mut held = owners(&view["leases"]);
+        let mut held = each(&view["leases"], "owner");
         held.sort();
         (held == ["instance-0", "instance-1"]).then_some(())
     })
@@ -96,7 +87,7 @@ async fn a_crashed_instances_lease_goes_with_its_session_and_the_waiter_gets_it(
         "the third charge waiting",
         || async {
             let view = semaphore(&urls[2]).await;
-            (owners(&view["waiters"]) == ["instance-2"]).then_some(())
+            (each(&view["waiters"], "owner") == ["instance-2"]).then_some(())
         },
     )
     .await;
@@ -105,7 +96,7 @@ async fn a_crashed_instances_lease_goes_with_its_session_and_the_waiter_gets_it(
     servers[0].child.kill().await.unwrap();
     let view = wait_until(Duration::from_secs(30), "the waiter holding", || async {
         let view = semaphore(&urls[2]).await;
-        let mut held = owners(&view["leases"]);
+        let mut held = each(&view["leases"], "owner");
         held.sort();
         (held == ["instance-1", "instance-2"]).then_some(view)
     })
@@ -206,15 +197,6 @@ async fn terms_lock(base: &str, product: i64) -> Value {
         .body
 }
 
-fn labels(tickets: &Value) -> Vec<String> {
-    tickets
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["label"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_new_terms() {
     let env = TestEnv::new().await;
@@ -230,13 +212,13 @@ async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_n
     let before = spawn_order(&app.base_url, product, "before");
     hold.reached().await;
     let view = terms_lock(&app.base_url, product).await;
-    assert_eq!(labels(&view["holders"]), ["sale"], "{view}");
+    assert_eq!(each(&view["holders"], "label"), ["sale"], "{view}");
 
     let (base, change) = (app.base_url.clone(), json!({ "price_cents": 2500 }));
     let changing = tokio::spawn(async move { change_terms(&base, product, change).await });
     let view = wait_until(Duration::from_secs(30), "the change waiting", || async {
         let view = terms_lock(&app.base_url, product).await;
-        (labels(&view["waiters"]) == ["terms-change"]).then_some(view)
+        (each(&view["waiters"], "label") == ["terms-change"]).then_some(view)
     })
     .await;
     assert_eq!(view["waiters"][0]["access"], "write", "{view}");

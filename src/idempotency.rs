@@ -2,112 +2,104 @@
 //! for byte, and never touches the stock again — also when the retries race each other on
 //! different instances.
 //!
-//! The key's row is inserted before the order runs (the primary key lets exactly one request
-//! win, wherever it runs) and completed with the response when the order finishes. A
-//! transient outcome (503, 429, 500) is not kept: the row is deleted so a retry runs afresh.
+//! It wraps the order flow: the checks that write nothing run first (a refused request
+//! leaves no key row), then the key's row is inserted (the primary key lets exactly one
+//! request win, wherever it runs), the order is placed, and the row is completed with the
+//! answer. A transient outcome (503, 429, 500) is not kept: the row is deleted so a retry
+//! runs afresh. What an answer looks like on the wire is the HTTP layer's to say (an
+//! [`Encode`]); this module keeps it as given.
 
-use axum::http::StatusCode;
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::error::AppError;
-use crate::orders::{self, NewOrder, Order, OrderStatus};
-use crate::state::AppState;
-use crate::telemetry::metrics;
+use crate::error::Error;
+use crate::orders::{self, Answer, OrderRequest, OrderStatus, Shop};
 
-/// A finished answer: what was sent, and whether it is a replay.
-#[derive(Clone)]
-pub struct Reply {
-    pub status: StatusCode,
+/// A finished answer as it was sent (a status and a body), kept for replay.
+#[derive(Clone, Debug)]
+pub struct Kept {
+    pub status: u16,
     pub body: String,
+    /// Whether this is a replay of a kept answer.
     pub replayed: bool,
 }
 
-impl Reply {
-    fn of(result: Result<Order, AppError>) -> Reply {
-        match result {
-            Ok(order) => Reply {
-                status: StatusCode::CREATED,
-                body: serde_json::to_string(&order).expect("orders serialise"),
-                replayed: false,
-            },
-            Err(e) => Reply {
-                status: e.status(),
-                body: e.body(),
-                replayed: false,
-            },
-        }
-    }
-}
+/// How an order's answer is written down for the wire (the HTTP layer's encoding).
+pub type Encode = fn(&Answer) -> Kept;
 
 /// A key as the client sent it: 1 to 128 visible ASCII characters.
-pub fn parse_key(raw: &[u8]) -> Result<String, AppError> {
+pub fn parse_key(raw: &[u8]) -> Result<String, Error> {
     if raw.is_empty() || raw.len() > 128 || !raw.iter().all(|b| b.is_ascii_graphic()) {
-        return Err(AppError::invalid(
+        return Err(Error::invalid(
             "Idempotency-Key must be 1 to 128 visible ASCII characters",
         ));
     }
     Ok(String::from_utf8_lossy(raw).into_owned())
 }
 
-/// Places the order once per key.
+/// Places the order, once per key: admitted once, placed at most once, answered once.
 pub async fn place(
-    state: &AppState,
+    shop: &Shop,
+    db: &PgPool,
     key: Option<String>,
-    new: NewOrder,
+    request: OrderRequest,
     client_gone: oneshot::Receiver<()>,
-) -> Reply {
-    let product_id = new.product_id;
-    let Some(key) = key else {
-        return answer(
-            state,
-            product_id,
-            orders::place(state, new, None, client_gone).await,
-        );
+    encode: Encode,
+) -> Kept {
+    let product_id = request.product_id();
+    let first = |answer: Answer| {
+        shop.answered(product_id, &answer);
+        encode(&answer)
     };
-    let fingerprint = serde_json::to_value(&new).expect("requests serialise");
-    // The checks that write nothing come first, so a rejected request leaves no key row —
+    let Some(key) = key else {
+        let answer = match shop.admit(&request, false).await {
+            Ok(admitted) => shop.place(admitted, None, client_gone).await,
+            Err(e) => Err(e),
+        };
+        return first(answer);
+    };
+    // The checks that write nothing come first, so a refused request leaves no key row —
     // unless the key is known already (a retry): its first answer wins over what a check
     // says now (a sold-out flag raised after its 201, the limit its own order reached).
-    let admitted = match orders::admit(state, &new, true).await {
-        Ok(admitted) => Some(admitted),
-        Err(e) => match known(&state.db, &key).await {
-            Ok(false) => return answer(state, product_id, Err(e)),
-            Ok(true) => None,
-            Err(db) => return answer(state, product_id, Err(db.into())),
-        },
-    };
-    let attempt = match begin(&state.db, &key, &fingerprint).await {
+    let admitted = shop.admit(&request, true).await;
+    if let Err(refused) = admitted {
+        match known(db, &key).await {
+            Ok(true) => {}
+            Ok(false) => return first(Err(refused)),
+            Err(e) => return first(Err(e.into())),
+        }
+        return match begin(db, &key, &request.fingerprint(), encode).await {
+            // Freed since it was known: the refusal stands, and like every refusal at
+            // admission it leaves no key row.
+            Ok(Begin::First(attempt)) => {
+                let kept = first(Err(refused));
+                if let Err(e) = finish(db, &key, attempt, &kept, true).await {
+                    tracing::warn!(error = %e, "could not free an idempotency key");
+                }
+                kept
+            }
+            begun => answer_begun(begun, first),
+        };
+    }
+    let attempt = match begin(db, &key, &request.fingerprint(), encode).await {
         Ok(Begin::First(attempt)) => attempt,
-        Ok(Begin::Replay(reply)) => return reply,
-        Ok(Begin::Mismatch) => {
-            return answer(state, product_id, Err(AppError::IdempotencyMismatch))
-        }
-        Ok(Begin::InProgress) => {
-            return answer(state, product_id, Err(AppError::IdempotencyInProgress))
-        }
-        Err(e) => return answer(state, product_id, Err(e.into())),
+        begun => return answer_begun(begun, first),
     };
-    // The key is ours now. It was known a moment ago and has been freed since: check again.
-    let admitted = match admitted {
-        Some(admitted) => Ok(admitted),
-        None => orders::admit(state, &new, false).await,
-    };
-    let result = match admitted {
-        Ok(admitted) => orders::place_admitted(state, admitted, Some(&key), client_gone).await,
+    let answer = match admitted {
+        Ok(admitted) => shop.place(admitted, Some(&key), client_gone).await,
         Err(e) => Err(e),
     };
-    let transient = result.as_ref().is_err_and(AppError::is_transient);
-    let reply = answer(state, product_id, result);
-    if let Err(e) = finish(&state.db, &key, attempt, &reply, transient).await {
+    let transient = answer.as_ref().is_err_and(Error::is_transient);
+    let kept = first(answer);
+    if let Err(e) = finish(db, &key, attempt, &kept, transient).await {
         // The order's own status is already final; only the key's record is behind. Left
         // so, the key would answer "in progress" until it went stale: keep trying while the
         // database comes back (an outage is when this happens). Not a tracked task: at
         // shutdown it may simply stop, and the key goes stale as before.
         tracing::warn!(error = %e, "could not record the idempotent response; retrying");
-        let (db, kept) = (state.db.clone(), reply.clone());
+        let (db, kept) = (db.clone(), kept.clone());
         tokio::spawn(async move {
             for _ in 0..120 {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -118,42 +110,20 @@ pub async fn place(
             tracing::warn!(key, "gave up recording the idempotent response");
         });
     }
-    reply
+    kept
 }
 
-/// An order's answer as it is first sent (replays are not counted again): counted by guard
-/// and outcome, and logged once — the line that ties the request's id to its order.
-fn answer(state: &AppState, product_id: i64, result: Result<Order, AppError>) -> Reply {
-    let guard = state
-        .catalog
-        .cached(product_id)
-        .map_or("unknown", |terms| terms.guard.as_str());
-    match &result {
-        Ok(order) => {
-            metrics::order(guard, order.status.as_str());
-            tracing::info!(
-                order_id = %order.id,
-                product = product_id,
-                guard,
-                outcome = order.status.as_str(),
-                fence = order.fence,
-                lock_wait_ms = order.lock_wait_ms,
-                batch_size = order.batch_size,
-                "order answered"
-            );
-        }
-        Err(e) => {
-            metrics::order(guard, e.code());
-            tracing::info!(
-                order_id = e.order_id().map(tracing::field::display),
-                product = product_id,
-                guard,
-                outcome = e.code(),
-                "order answered"
-            );
-        }
+/// The answer when the key was not ours to take: a replay, or why not.
+fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) -> Kept) -> Kept {
+    match begun {
+        Ok(Begin::Replay(kept)) => kept,
+        Ok(Begin::Mismatch) => first(Err(Error::IdempotencyMismatch)),
+        Ok(Begin::InProgress) => first(Err(Error::IdempotencyInProgress)),
+        Ok(Begin::First(_)) => first(Err(Error::Internal(anyhow::anyhow!(
+            "an idempotency key was taken twice"
+        )))),
+        Err(e) => first(Err(e.into())),
     }
-    Reply::of(result)
 }
 
 /// Whether a request has used the key already.
@@ -183,12 +153,17 @@ struct KeyRow {
 enum Begin {
     /// The key is ours: this attempt's id is in its row.
     First(Uuid),
-    Replay(Reply),
+    Replay(Kept),
     Mismatch,
     InProgress,
 }
 
-async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sqlx::Error> {
+async fn begin(
+    db: &PgPool,
+    key: &str,
+    fingerprint: &Value,
+    encode: Encode,
+) -> Result<Begin, sqlx::Error> {
     // Twice at most: a key freed below (its order sold nothing) is taken afresh.
     for _ in 0..2 {
         let attempt = Uuid::new_v4();
@@ -220,9 +195,8 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
             return Ok(Begin::Mismatch);
         }
         if let (Some(status), Some(body)) = (row.status_code, row.response) {
-            return Ok(Begin::Replay(Reply {
-                status: StatusCode::from_u16(status as u16)
-                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            return Ok(Begin::Replay(Kept {
+                status: status as u16,
                 body,
                 replayed: true,
             }));
@@ -231,7 +205,7 @@ async fn begin(db: &PgPool, key: &str, fingerprint: &Value) -> Result<Begin, sql
             // No answer kept, but an order: its attempt failed after the order had effects
             // (or its instance died). Answer from the order as it stands, once it has
             // settled; an order that sold nothing frees the key for this attempt.
-            match settled(db, key, row.attempt, order_id).await? {
+            match settled(db, key, row.attempt, order_id, encode).await? {
                 Settled::Reply(reply) => return Ok(Begin::Replay(reply)),
                 Settled::Moving => return Ok(Begin::InProgress),
                 Settled::NothingSold => {
@@ -266,7 +240,7 @@ async fn forget(db: &PgPool, key: &str, order_id: Option<Uuid>) -> Result<(), sq
 
 enum Settled {
     /// The order's outcome, kept from now on.
-    Reply(Reply),
+    Reply(Kept),
     /// Still moving (its lock cycle or payment is running).
     Moving,
     /// It ended without selling anything (`failed`): the key may place an order afresh.
@@ -280,21 +254,22 @@ async fn settled(
     key: &str,
     attempt: Option<Uuid>,
     order_id: Uuid,
+    encode: Encode,
 ) -> Result<Settled, sqlx::Error> {
-    let Some(order) = orders::get(db, order_id).await? else {
+    let Some(order) = orders::store::get(db, order_id).await? else {
         return Ok(Settled::Moving);
     };
     let reply = match order.status {
-        OrderStatus::Paid | OrderStatus::Reserved | OrderStatus::Expired => Reply::of(Ok(order)),
-        OrderStatus::PaymentFailed => Reply::of(Err(AppError::PaymentFailed { order_id })),
-        OrderStatus::SoldOut => Reply::of(Err(AppError::SoldOut {
+        OrderStatus::Paid | OrderStatus::Reserved | OrderStatus::Expired => encode(&Ok(order)),
+        OrderStatus::PaymentFailed => encode(&Err(Error::PaymentFailed { order_id })),
+        OrderStatus::SoldOut => encode(&Err(Error::SoldOut {
             order_id: Some(order_id),
         })),
         OrderStatus::Failed => return Ok(Settled::NothingSold),
         OrderStatus::Created | OrderStatus::Paying => return Ok(Settled::Moving),
     };
     finish(db, key, attempt, &reply, false).await?;
-    Ok(Settled::Reply(Reply {
+    Ok(Settled::Reply(Kept {
         replayed: true,
         ..reply
     }))
@@ -307,7 +282,7 @@ async fn finish(
     db: &PgPool,
     key: &str,
     attempt: impl Into<Option<Uuid>>,
-    reply: &Reply,
+    reply: &Kept,
     transient: bool,
 ) -> Result<(), sqlx::Error> {
     let attempt = attempt.into();
@@ -330,7 +305,7 @@ async fn finish(
         )
         .bind(key)
         .bind(attempt)
-        .bind(reply.status.as_u16() as i16)
+        .bind(reply.status as i16)
         .bind(&reply.body)
         .execute(db)
         .await?;
@@ -361,15 +336,5 @@ mod tests {
         assert!(parse_key(b"has space").is_err());
         assert!(parse_key(b"").is_err());
         assert!(parse_key("ключ".as_bytes()).is_err());
-    }
-
-    #[test]
-    fn transient_outcomes_are_not_kept() {
-        let id = uuid::Uuid::nil();
-        assert!(AppError::LockTimeout { order_id: Some(id) }.is_transient());
-        assert!(AppError::TooBusy.is_transient());
-        assert!(AppError::TooManyUnpaid.is_transient());
-        assert!(!AppError::SoldOut { order_id: None }.is_transient());
-        assert!(!AppError::PaymentFailed { order_id: id }.is_transient());
     }
 }

@@ -5,22 +5,29 @@
 //!
 //! # Layout
 //! - [`config`]: flags and environment, parsed once.
-//! - [`startup`]: build (connect, migrate, bind) and run (serve, shut down) the application.
-//! - [`state`]: the handles the domain shares (pool, ZooKeeper session, flags, config).
-//! - [`http`]: the route table, extraction with our error shape, admin auth. Uses the
-//!   domain below; nothing below uses it.
-//! - [`orders`]: the order flow and its statuses, payment, the expiry sweep, the demos.
-//! - [`inventory`]: products, the audit, and stock changes under each guard.
+//! - [`startup`]: build (connect, migrate, wire each part to its handles, bind) and run
+//!   (serve, schedule the background work, shut down) the application.
+//! - [`http`]: the route table, its own state, extraction with our error shape, admin auth,
+//!   and the mapping of domain errors to statuses. Uses the domain below; nothing below
+//!   uses it.
+//! - [`idempotency`]: `Idempotency-Key` replay, wrapped around the order flow.
+//! - [`orders`]: the order flow ([`orders::Shop`]: admission, the combining queue, lock
+//!   cycles, batches, payment, the expiry sweep).
+//! - [`teaching`]: the page's demos, step-through and lock lab, and the test seam: one
+//!   hook the lock cycle calls, absent from a production server's sale path.
+//! - [`events`]: live stock, lock-queue and demo events for the teaching page.
+//! - [`inventory`]: products, their terms, the audit, and stock changes under each guard.
+//! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
+//! - [`payment`]: the simulated payment provider.
 //! - [`lock`]: the ZooKeeper session, the fair, fenced per-product lock, and Curator's other
 //!   recipes (semaphore, read-write lock, reentrancy).
-//! - [`lab`]: the teaching page's lock lab (holders of real leases and terms locks).
-//! - [`flags`]: the sold-out (and demo) flags every instance shares through ZooKeeper.
-//! - [`idempotency`]: `Idempotency-Key` replay for orders.
+//! - [`error`]: the domain's one error type (no HTTP in it).
 //! - [`integer`]: request integers as JSON Schema counts them (`3.0` is `3`).
-//! - [`events`]: live stock, lock-queue and demo events for the teaching page.
-//! - [`payment`]: the simulated payment provider.
-//! - [`error`]: the one error type, and how it becomes an HTTP answer.
 //! - [`telemetry`]: log lines (text or JSON, with request ids) and the Prometheus metrics.
+//! - [`config`]: flags and environment, parsed once.
+//!
+//! Imports point down this list (`http` → `idempotency` → `orders` → `teaching` → `events`
+//! → `inventory` → `flags` → `lock` → ...), never back up.
 
 pub mod config;
 pub mod error;
@@ -30,12 +37,11 @@ pub mod http;
 pub mod idempotency;
 pub mod integer;
 pub mod inventory;
-pub mod lab;
 pub mod lock;
 pub mod orders;
 pub mod payment;
 pub mod startup;
-pub mod state;
+pub mod teaching;
 pub mod telemetry;
 
 pub use config::Config;

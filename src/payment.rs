@@ -7,6 +7,9 @@ use chrono::{DateTime, Utc};
 
 use crate::telemetry::metrics;
 
+/// The payment provider's semaphore (`--payment-concurrency`), under `{root}/semaphores/`.
+pub const PAYMENT_SEMAPHORE: &str = "payment";
+
 #[derive(Clone, Debug)]
 pub struct Provider {
     /// How long a charge takes.

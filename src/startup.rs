@@ -1,5 +1,6 @@
-//! Build, then run: `build` connects everything and binds the listener (so a caller knows
-//! the real port before serving), `run` serves until the given shutdown future resolves.
+//! Build, then run: `build` connects everything, wires each part to the handles it uses,
+//! and binds the listener (so a caller knows the real port before serving); `run` serves,
+//! with the background work scheduled beside it, until the given shutdown future resolves.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,12 +17,13 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
-use crate::http;
+use crate::http::{self, AppState};
+use crate::idempotency;
 use crate::inventory::{self, Catalog};
 use crate::lock::Zk;
-use crate::orders::{self, combiner::Combiner, demo::Holds};
+use crate::orders::{self, Rules, Shop};
 use crate::payment::Provider;
-use crate::state::AppState;
+use crate::teaching::Teaching;
 
 pub struct Application {
     listener: TcpListener,
@@ -92,18 +94,36 @@ impl Application {
             latency: Duration::from_millis(config.payment_latency_ms),
             failure_rate: config.payment_failure_rate,
         };
+        let tasks = TaskTracker::new();
+        let catalog = Catalog::default();
+        let teaching = Teaching::new(
+            db.clone(),
+            zk.clone(),
+            demo,
+            config.allow_unsafe_guards,
+            config.payment_concurrency,
+            config.request_timeout(),
+        );
+        let shop = Shop::new(
+            db.clone(),
+            zk.clone(),
+            catalog.clone(),
+            sold_out.clone(),
+            events.clone(),
+            payment,
+            tasks.clone(),
+            &teaching,
+            Rules::of(&config),
+        );
         let state = AppState {
+            shop,
             db,
             zk,
-            payment,
+            catalog,
             sold_out,
-            demo,
             events,
-            holds: Holds::default(),
-            lab: Default::default(),
-            catalog: Catalog::default(),
-            combiner: Combiner::default(),
-            tasks: TaskTracker::new(),
+            teaching,
+            tasks,
             config: Arc::new(config),
         };
         Ok(Application { listener, state })
@@ -116,9 +136,19 @@ impl Application {
             .expect("a bound listener has an address")
     }
 
-    /// Shared state, for tests that need the database pool or the ZooKeeper session.
-    pub fn state(&self) -> &AppState {
-        &self.state
+    /// The ZooKeeper session (tests look at its locks, or take it over).
+    pub fn zk(&self) -> &Zk {
+        &self.state.zk
+    }
+
+    /// The order path (tests look at its per-product queues).
+    pub fn shop(&self) -> &Shop {
+        &self.state.shop
+    }
+
+    /// The teaching hooks (tests pause lock holders through them).
+    pub fn teaching(&self) -> &Teaching {
+        &self.state.teaching
     }
 
     /// Serves until `shutdown` resolves, then stops accepting and gives in-flight requests,
@@ -134,7 +164,14 @@ impl Application {
         let zk = state.zk.clone();
         let db = state.db.clone();
         let grace = Duration::from_millis(state.config.shutdown_grace_ms);
-        let sweeper = tokio::spawn(orders::sweep::run(state.clone()));
+        let sweeper = tokio::spawn(orders::sweep::run(
+            state.shop.clone(),
+            Duration::from_millis(state.config.expiry_interval_ms),
+        ));
+        let purger = tokio::spawn(purge_keys(
+            db.clone(),
+            Duration::from_secs(state.config.idempotency_ttl_s),
+        ));
         let events = state.events.clone();
 
         let (stopping, stopped) = oneshot::channel::<tokio::time::Instant>();
@@ -175,8 +212,10 @@ impl Application {
                 "requests or orders still in flight after the grace period; closing anyway"
             ),
         }
-        sweeper.abort();
-        let _ = sweeper.await;
+        for background in [sweeper, purger] {
+            background.abort();
+            let _ = background.await;
+        }
         zk.close().await;
         if tokio::time::timeout(Duration::from_secs(5), db.close())
             .await
@@ -185,5 +224,16 @@ impl Application {
             tracing::warn!("PostgreSQL connections still busy after 5s; exiting anyway");
         }
         Ok(())
+    }
+}
+
+/// Forgets Idempotency-Keys older than `ttl`, once a minute, until aborted (shutdown).
+async fn purge_keys(db: sqlx::PgPool, ttl: Duration) {
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        every.tick().await;
+        if let Err(e) = idempotency::purge(&db, ttl).await {
+            tracing::warn!(error = %e, "purging old idempotency keys failed");
+        }
     }
 }

@@ -17,9 +17,9 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::error::{ApiError, ErrorBody};
+use super::AppState;
 use crate::config::Config;
-use crate::error::{AppError, ErrorBody};
-use crate::state::AppState;
 
 pub fn router(config: &Config) -> Router<AppState> {
     let streams = Arc::new(Semaphore::new(config.max_event_streams));
@@ -62,10 +62,10 @@ pub(super) async fn events(
     State(state): State<AppState>,
     streams: Arc<Semaphore>,
     lifetime: Duration,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let slot: OwnedSemaphorePermit = streams
         .try_acquire_owned()
-        .map_err(|_| AppError::Overloaded("event streams"))?;
+        .map_err(|_| ApiError::Overloaded("event streams"))?;
     let (rx, stopping) = state.events.subscribe();
     let ends = tokio::time::Instant::now() + lifetime;
     let stream = futures_util::stream::unfold(

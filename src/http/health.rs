@@ -6,8 +6,8 @@ use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
 
+use super::AppState;
 use super::Json;
-use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

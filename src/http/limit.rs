@@ -16,8 +16,8 @@ use governor::clock::{Clock, DefaultClock};
 use governor::state::keyed::HashMapStateStore;
 use governor::{Quota, RateLimiter};
 
+use super::error::ApiError;
 use crate::config::Config;
-use crate::error::AppError;
 
 type Limiter = RateLimiter<IpAddr, HashMapStateStore<IpAddr>, DefaultClock>;
 
@@ -41,7 +41,7 @@ pub async fn check(limiter: Arc<Limiter>, request: Request, next: Next) -> Respo
     if let Some(client) = client {
         if let Err(not_until) = limiter.check_key(&client) {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
-            let mut response = AppError::RateLimited.into_response();
+            let mut response = ApiError::RateLimited.into_response();
             let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             response
                 .headers_mut()

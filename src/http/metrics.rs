@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::state::AppState;
+use super::AppState;
 use crate::telemetry::metrics;
 
 pub fn router() -> Router<AppState> {

@@ -2,7 +2,11 @@
 //! extraction with our error shape, the body-size cap, admin auth, 404/405 fallbacks, and a
 //! last net that gives any other error answer our JSON shape). Handlers parse, authorize,
 //! call the domain and answer; the domain never sees this module.
+//!
+//! [`AppState`] is this layer's own: the domain's handles as the handlers need them, built
+//! in `startup`. The domain takes the handles it uses, never this.
 
+pub mod error;
 mod events;
 mod health;
 mod limit;
@@ -24,9 +28,42 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
+
 use crate::config::Config;
-use crate::error::AppError;
-use crate::state::AppState;
+use crate::error::Error;
+use crate::events::Events;
+use crate::flags::Flags;
+use crate::inventory::Catalog;
+use crate::lock::Zk;
+use crate::orders::Shop;
+use crate::teaching::Teaching;
+use error::ApiError;
+
+/// What the handlers use. Cheap to clone: every field is a handle.
+#[derive(Clone)]
+pub struct AppState {
+    /// The order path: placing, paying, looking orders up.
+    pub shop: Shop,
+    /// Products, audits, orders by id.
+    pub db: PgPool,
+    /// The lock views and the terms lock.
+    pub zk: Zk,
+    /// Every product's terms, as this instance keeps them (a terms change forgets them).
+    pub catalog: Catalog,
+    /// Products sold out, by id (shown with each product).
+    pub sold_out: Flags,
+    /// Live updates for the teaching page.
+    pub events: Events,
+    /// The demos, step-through and lock lab.
+    pub teaching: Teaching,
+    /// Every task that carries orders: a handler's order task joins them.
+    pub tasks: TaskTracker,
+    pub config: Arc<Config>,
+}
 
 /// Largest request body any route accepts.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -50,7 +87,7 @@ pub fn router(state: AppState) -> Router {
                 .map_request(no_nul)
                 .service(static_files),
         )
-        .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(reject_large_bodies))
@@ -100,8 +137,8 @@ fn drop_odd_request_id(mut request: Request) -> Request {
     request
 }
 
-async fn not_found() -> AppError {
-    AppError::RouteNotFound
+async fn not_found() -> ApiError {
+    ApiError::RouteNotFound
 }
 
 /// A NUL in a static path cannot name a file, but the file system refuses it with an error
@@ -122,7 +159,7 @@ async fn reject_large_bodies(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return AppError::PayloadTooLarge(MAX_BODY_BYTES).into_response();
+        return ApiError::PayloadTooLarge(MAX_BODY_BYTES).into_response();
     }
     next.run(request).await
 }
@@ -132,9 +169,10 @@ async fn reject_large_bodies(request: Request, next: Next) -> Response {
 async fn time_limit(request: Request, next: Next, limit: std::time::Duration) -> Response {
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => {
-            AppError::Unavailable(anyhow::anyhow!("request took over {limit:?}")).into_response()
-        }
+        Err(_) => ApiError::Domain(Error::Unavailable(anyhow::anyhow!(
+            "request took over {limit:?}"
+        )))
+        .into_response(),
     }
 }
 
@@ -161,12 +199,12 @@ async fn json_errors(request: Request, next: Next) -> Response {
         text
     };
     let error = match status {
-        StatusCode::NOT_FOUND => AppError::RouteNotFound,
-        StatusCode::METHOD_NOT_ALLOWED => AppError::MethodNotAllowed,
-        StatusCode::PAYLOAD_TOO_LARGE => AppError::PayloadTooLarge(MAX_BODY_BYTES),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => AppError::UnsupportedMediaType,
-        s if s.is_client_error() => AppError::InvalidRequest(message),
-        _ => AppError::Internal(anyhow::anyhow!("{status}: {message}")),
+        StatusCode::NOT_FOUND => ApiError::RouteNotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(MAX_BODY_BYTES),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType,
+        s if s.is_client_error() => ApiError::Domain(Error::InvalidRequest(message)),
+        _ => ApiError::Domain(Error::Internal(anyhow::anyhow!("{status}: {message}"))),
     };
     let mut answer = error.into_response();
     // Keep the status even where our variant would pick a neighbour (e.g. 408, 422).
@@ -183,12 +221,12 @@ where
     axum::extract::Path<T>: FromRequestParts<S, Rejection = PathRejection>,
     S: Send + Sync,
 {
-    type Rejection = AppError;
+    type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(value)) => Ok(Path(value)),
-            Err(r) => Err(AppError::InvalidRequest(r.body_text())),
+            Err(r) => Err(ApiError::Domain(Error::InvalidRequest(r.body_text()))),
         }
     }
 }
@@ -203,16 +241,16 @@ where
     axum::Json<Object<T>>: FromRequest<S, Rejection = JsonRejection>,
     S: Send + Sync,
 {
-    type Rejection = AppError;
+    type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<Object<T>>::from_request(req, state).await {
             Ok(axum::Json(Object(value))) => Ok(Json(value)),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(AppError::UnsupportedMediaType),
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType),
             Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(AppError::PayloadTooLarge(MAX_BODY_BYTES))
+                Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES))
             }
-            Err(r) => Err(AppError::InvalidRequest(r.body_text())),
+            Err(r) => Err(ApiError::Domain(Error::InvalidRequest(r.body_text()))),
         }
     }
 }
@@ -250,19 +288,19 @@ impl<T: serde::Serialize> IntoResponse for Json<T> {
 
 /// Checks `Authorization: Bearer <admin token>`, comparing in constant time so the token
 /// cannot be guessed byte by byte from response timings.
-pub fn require_admin(config: &Config, headers: &HeaderMap) -> Result<(), AppError> {
+pub fn require_admin(config: &Config, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = config.admin_token.as_deref() else {
-        return Err(AppError::AdminDisabled);
+        return Err(ApiError::AdminDisabled);
     };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(AppError::Unauthorized)?;
+        .ok_or(ApiError::Unauthorized)?;
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         Ok(())
     } else {
-        Err(AppError::Unauthorized)
+        Err(ApiError::Unauthorized)
     }
 }
 
@@ -274,9 +312,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Path ids arrive as strings so a malformed one answers our 400, not axum's plain text.
-pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, AppError> {
+pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
     raw.parse()
-        .map_err(|_| AppError::invalid(format!("{raw:?} is not a valid {what}")))
+        .map_err(|_| ApiError::invalid(format!("{raw:?} is not a valid {what}")))
 }
 
 #[cfg(test)]

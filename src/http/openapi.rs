@@ -14,9 +14,9 @@ use utoipa::openapi::{
 };
 use utoipa::{Modify, OpenApi};
 
+use super::error::CODES;
+use super::AppState;
 use super::{events, health, metrics, orders, products, recipes};
-use crate::error::CODES;
-use crate::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(

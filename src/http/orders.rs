@@ -1,19 +1,20 @@
 //! `/orders`: buying, paying a reservation, and looking an order up.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::error::{json_response, status_of, ApiError, ErrorBody};
+use super::AppState;
 use super::{parse_id, Json, Path};
 use crate::config::Config;
-use crate::error::{json_response, AppError, ErrorBody};
-use crate::idempotency::{self, Reply};
-use crate::orders::{self, NewOrder, Order};
-use crate::state::AppState;
+use crate::error::Error;
+use crate::idempotency::{self, Kept};
+use crate::orders::{Answer, NewOrder, Order};
 
 /// The header that makes a `POST /orders` safe to retry.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -57,32 +58,53 @@ async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     Json(new): Json<NewOrder>,
-) -> Result<Response, AppError> {
+) -> Result<Response, ApiError> {
     let key = headers
         .get(IDEMPOTENCY_KEY)
         .map(|raw| idempotency::parse_key(raw.as_bytes()))
         .transpose()?;
-    // Before the key is stored: a request that can never be valid is not worth remembering.
-    new.validate().map_err(AppError::InvalidRequest)?;
+    // Parsed once, here: a request that can never be valid is not worth remembering.
+    let request = new.parse()?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
     let task = state.tasks.clone().spawn(
-        async move { idempotency::place(&state, key, new, client_gone).await }
-            .instrument(tracing::Span::current()),
+        async move {
+            let (shop, db) = (&state.shop, &state.db);
+            idempotency::place(shop, db, key, request, client_gone, encode).await
+        }
+        .instrument(tracing::Span::current()),
     );
-    let reply: Reply = task.await.map_err(|e| AppError::Internal(e.into()))?;
-    Ok(reply.into_response())
+    let kept = task
+        .await
+        .map_err(|e| ApiError::Domain(Error::Internal(e.into())))?;
+    Ok(respond(kept))
 }
 
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
-        let mut response = json_response(self.status, self.body);
-        if self.replayed {
-            response
-                .headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-        }
-        response
+/// An order's answer as it goes on the wire (and is kept for replay): 201 with the order,
+/// or the error's status and body.
+fn encode(answer: &Answer) -> Kept {
+    let (status, body) = match answer {
+        Ok(order) => (
+            StatusCode::CREATED,
+            serde_json::to_string(order).expect("orders serialise"),
+        ),
+        Err(e) => (status_of(e), ApiError::body_of(e)),
+    };
+    Kept {
+        status: status.as_u16(),
+        body,
+        replayed: false,
     }
+}
+
+fn respond(kept: Kept) -> Response {
+    let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_response(status, kept.body);
+    if kept.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
 }
 
 /// Pays a reservation made with `"pay": false`. Paying a paid order again answers it as is.
@@ -99,13 +121,15 @@ impl IntoResponse for Reply {
 async fn pay(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Order>, AppError> {
+) -> Result<Json<Order>, ApiError> {
     let id = parse_id(&id, "order id")?;
     let task = state
         .tasks
         .clone()
-        .spawn(async move { orders::pay(&state, id).await }.instrument(tracing::Span::current()));
-    let order = task.await.map_err(|e| AppError::Internal(e.into()))??;
+        .spawn(async move { state.shop.pay(id).await }.instrument(tracing::Span::current()));
+    let order = task
+        .await
+        .map_err(|e| ApiError::Domain(Error::Internal(e.into())))??;
     Ok(Json(order))
 }
 
@@ -120,10 +144,12 @@ async fn pay(
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Order>, AppError> {
+) -> Result<Json<Order>, ApiError> {
     let id = parse_id(&id, "order id")?;
-    let order = orders::get(&state.db, id)
+    let order = state
+        .shop
+        .order(id)
         .await?
-        .ok_or(AppError::OrderNotFound(id))?;
+        .ok_or(ApiError::Domain(Error::OrderNotFound(id)))?;
     Ok(Json(order))
 }

@@ -6,13 +6,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 
+use super::error::{ApiError, ErrorBody};
+use super::AppState;
 use super::{parse_id, require_admin, Json, Path};
-use crate::error::{AppError, ErrorBody};
+use crate::error::Error;
 use crate::inventory::{self, Audit, NewProduct, Product};
 use crate::lock::{QueueView, Recipe};
-use crate::orders::demo::Demo;
-use crate::orders::step as stepping;
-use crate::state::AppState;
+use crate::teaching::Demo;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -33,7 +33,7 @@ fn with_flag(state: &AppState, mut product: Product) -> Product {
 /// Every product, with its live stock.
 #[utoipa::path(get, path = "/api/products", operation_id = "listProducts", tag = "products",
     responses((status = 200, description = "Every product", body = Vec<Product>)))]
-async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, AppError> {
+async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, ApiError> {
     let products = inventory::list(&state.db).await?;
     Ok(Json(
         products.into_iter().map(|p| with_flag(&state, p)).collect(),
@@ -54,7 +54,7 @@ async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     Json(new): Json<NewProduct>,
-) -> Result<(StatusCode, Json<Product>), AppError> {
+) -> Result<(StatusCode, Json<Product>), ApiError> {
     require_admin(&state.config, &headers)?;
     new.validate(state.config.allow_unsafe_guards)?;
     let product = inventory::create(&state.db, &new, state.config.batch_max).await?;
@@ -67,11 +67,11 @@ async fn create(
     Ok((StatusCode::CREATED, Json(product)))
 }
 
-async fn find(state: &AppState, raw_id: &str) -> Result<Product, AppError> {
+async fn find(state: &AppState, raw_id: &str) -> Result<Product, ApiError> {
     let id = parse_id(raw_id, "product id")?;
     let product = inventory::get(&state.db, id)
         .await?
-        .ok_or(AppError::UnknownProduct(id))?;
+        .ok_or(ApiError::Domain(Error::UnknownProduct(id)))?;
     Ok(with_flag(state, product))
 }
 
@@ -85,7 +85,7 @@ async fn find(state: &AppState, raw_id: &str) -> Result<Product, AppError> {
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Product>, AppError> {
+) -> Result<Json<Product>, ApiError> {
     Ok(Json(find(&state, &id).await?))
 }
 
@@ -100,7 +100,7 @@ async fn show(
 async fn audit(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Audit>, AppError> {
+) -> Result<Json<Audit>, ApiError> {
     Ok(Json(Audit::from(&find(&state, &id).await?)))
 }
 
@@ -131,10 +131,20 @@ async fn restock(
     headers: HeaderMap,
     Path(id): Path<String>,
     Json(restock): Json<Restock>,
-) -> Result<Json<Product>, AppError> {
+) -> Result<Json<Product>, ApiError> {
     require_admin(&state.config, &headers)?;
     let product = find(&state, &id).await?;
-    inventory::restock(&state, &product, restock.quantity).await?;
+    let config = &state.config;
+    inventory::restock(
+        &state.db,
+        &state.zk,
+        &state.sold_out,
+        &product,
+        restock.quantity,
+        config.lock_timeout(),
+        config.stock_think(),
+    )
+    .await?;
     Ok(Json(find(&state, &id).await?))
 }
 
@@ -149,16 +159,19 @@ async fn restock(
 async fn lock(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<QueueView>, AppError> {
+) -> Result<Json<QueueView>, ApiError> {
     let product = find(&state, &id).await?;
     let Some(recipe) = product.guard.recipe() else {
-        return Err(AppError::NoLock(product.id, product.guard.as_str()));
+        return Err(ApiError::Domain(Error::NoLock(
+            product.id,
+            product.guard.as_str(),
+        )));
     };
     let view = state
         .zk
         .queue(product.id, recipe)
         .await
-        .map_err(|e| AppError::Unavailable(e.into()))?;
+        .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
     Ok(Json(view))
 }
 
@@ -174,15 +187,18 @@ async fn demo_target(
     state: &AppState,
     headers: &HeaderMap,
     raw_id: &str,
-) -> Result<(Product, Recipe), AppError> {
+) -> Result<(Product, Recipe), ApiError> {
     require_admin(&state.config, headers)?;
     if !state.config.allow_unsafe_guards {
-        return Err(AppError::DemoDisabled);
+        return Err(ApiError::Domain(Error::DemoDisabled));
     }
     let product = find(state, raw_id).await?;
     match product.guard.recipe() {
         Some(recipe) => Ok((product, recipe)),
-        None => Err(AppError::NoLock(product.id, product.guard.as_str())),
+        None => Err(ApiError::Domain(Error::NoLock(
+            product.id,
+            product.guard.as_str(),
+        ))),
     }
 }
 
@@ -201,9 +217,9 @@ async fn demo(
     headers: HeaderMap,
     Path(id): Path<String>,
     Json(arm): Json<ArmDemo>,
-) -> Result<(StatusCode, Json<serde_json::Value>), AppError> {
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let (product, _) = demo_target(&state, &headers, &id).await?;
-    state.demo.raise(&arm.mode.flag(product.id)).await;
+    state.teaching.arm(product.id, arm.mode).await;
     let body = serde_json::json!({ "product_id": product.id, "armed": arm.mode });
     Ok((StatusCode::ACCEPTED, Json(body)))
 }
@@ -237,7 +253,7 @@ pub(super) struct StepState {
     released: Option<i64>,
 }
 
-/// The step-through sale (see `orders::step`): every instance's holders of the product's
+/// The step-through sale (see `teaching::step`): every instance's holders of the product's
 /// lock keep it after their write until the page says next.
 #[utoipa::path(post, path = "/api/products/{id}/step", operation_id = "stepSale", tag = "teaching",
     security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
@@ -254,17 +270,17 @@ async fn step(
     headers: HeaderMap,
     Path(id): Path<String>,
     Json(request): Json<StepRequest>,
-) -> Result<(StatusCode, Json<StepState>), AppError> {
+) -> Result<(StatusCode, Json<StepState>), ApiError> {
     let (product, recipe) = demo_target(&state, &headers, &id).await?;
     let released = match request.action {
         StepAction::Start => {
-            stepping::start(&state, product.id).await;
+            state.teaching.step_start(product.id).await;
             None
         }
-        StepAction::Next => stepping::next(&state, product.id, recipe).await?,
-        StepAction::Stop => stepping::stop(&state, product.id, recipe).await?,
+        StepAction::Next => state.teaching.step_next(product.id, recipe).await?,
+        StepAction::Stop => state.teaching.step_stop(product.id, recipe).await?,
     };
-    let until = stepping::until(&state, product.id);
+    let until = state.teaching.step_until(product.id);
     let body = StepState {
         product_id: product.id,
         stepping: until.is_some(),

@@ -8,13 +8,14 @@ use axum::routing::{get, put};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 
+use super::error::{ApiError, ErrorBody};
+use super::AppState;
 use super::{parse_id, require_admin, Json, Path};
-use crate::error::{AppError, ErrorBody};
+use crate::error::Error;
 use crate::inventory::{self, Product, TermsChange};
-use crate::lab::{Holder, Target};
 use crate::lock::{Access, RwLockView, SemaphoreView};
-use crate::orders::PAYMENT_SEMAPHORE;
-use crate::state::AppState;
+use crate::payment::PAYMENT_SEMAPHORE;
+use crate::teaching::{Holder, Target};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -46,10 +47,13 @@ async fn change_terms(
     headers: HeaderMap,
     Path(id): Path<String>,
     Json(change): Json<TermsChange>,
-) -> Result<Json<Product>, AppError> {
+) -> Result<Json<Product>, ApiError> {
     require_admin(&state.config, &headers)?;
     let id = parse_id(&id, "product id")?;
-    Ok(Json(inventory::change_terms(&state, id, &change).await?))
+    let lock_timeout = state.config.lock_timeout();
+    let (db, zk, catalog) = (&state.db, &state.zk, &state.catalog);
+    let product = inventory::change_terms(db, zk, catalog, id, &change, lock_timeout).await?;
+    Ok(Json(product))
 }
 
 /// A lock view with this instance's lab holders of that lock.
@@ -74,18 +78,21 @@ pub(super) struct TermsLockState {
 async fn terms_lock(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<TermsLockState>, AppError> {
+) -> Result<Json<TermsLockState>, ApiError> {
     let id = known_product(&state, &id).await?;
     Ok(Json(terms_lock_state(&state, id).await?))
 }
 
-async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, AppError> {
+async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, ApiError> {
     let view = state
         .zk
         .terms_lock_view(id)
         .await
-        .map_err(|e| AppError::Unavailable(e.into()))?;
-    let lab = state.lab.holders(Target::Terms(id, Access::Read));
+        .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
+    let lab = state
+        .teaching
+        .lab()
+        .holders(Target::Terms(id, Access::Read));
     Ok(TermsLockState {
         view,
         lab,
@@ -93,11 +100,11 @@ async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, A
     })
 }
 
-async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, AppError> {
+async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, ApiError> {
     let id = parse_id(raw_id, "product id")?;
     match inventory::get(&state.db, id).await? {
         Some(_) => Ok(id),
-        None => Err(AppError::UnknownProduct(id)),
+        None => Err(ApiError::Domain(Error::UnknownProduct(id))),
     }
 }
 
@@ -138,15 +145,15 @@ async fn terms_lab(
     headers: HeaderMap,
     Path(id): Path<String>,
     Json(lab): Json<TermsLab>,
-) -> Result<(StatusCode, Json<TermsLockState>), AppError> {
+) -> Result<(StatusCode, Json<TermsLockState>), ApiError> {
     lab_allowed(&state, &headers)?;
     let id = known_product(&state, &id).await?;
     let target = |access| Target::Terms(id, access);
     match lab.action {
-        TermsAction::Read => drop(state.lab.take(&state, target(Access::Read))?),
-        TermsAction::Write => drop(state.lab.take(&state, target(Access::Write))?),
-        TermsAction::Release => drop(state.lab.release(target(Access::Read))),
-        TermsAction::Clear => drop(state.lab.clear(target(Access::Read))),
+        TermsAction::Read => drop(state.teaching.lab_take(target(Access::Read))?),
+        TermsAction::Write => drop(state.teaching.lab_take(target(Access::Write))?),
+        TermsAction::Release => drop(state.teaching.lab().release(target(Access::Read))),
+        TermsAction::Clear => drop(state.teaching.lab().clear(target(Access::Read))),
     }
     Ok((
         StatusCode::ACCEPTED,
@@ -154,10 +161,10 @@ async fn terms_lab(
     ))
 }
 
-fn lab_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
+fn lab_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     require_admin(&state.config, headers)?;
     if !state.config.allow_unsafe_guards {
-        return Err(AppError::DemoDisabled);
+        return Err(ApiError::Domain(Error::DemoDisabled));
     }
     Ok(())
 }
@@ -178,21 +185,21 @@ pub(super) struct SemaphoreState {
 /// The payment provider's semaphore right now: the leases held and the acquirers waiting.
 #[utoipa::path(get, path = "/api/payments/semaphore", operation_id = "getPaymentSemaphore", tag = "teaching",
     responses((status = 200, description = "Leases and waiters (`enabled` false without `--payment-concurrency`)", body = SemaphoreState)))]
-async fn semaphore(State(state): State<AppState>) -> Result<Json<SemaphoreState>, AppError> {
+async fn semaphore(State(state): State<AppState>) -> Result<Json<SemaphoreState>, ApiError> {
     Ok(Json(semaphore_state(&state).await?))
 }
 
-async fn semaphore_state(state: &AppState) -> Result<SemaphoreState, AppError> {
+async fn semaphore_state(state: &AppState) -> Result<SemaphoreState, ApiError> {
     let max = state.config.payment_concurrency;
     let view = state
         .zk
         .semaphore_view(PAYMENT_SEMAPHORE, max)
         .await
-        .map_err(|e| AppError::Unavailable(e.into()))?;
+        .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
     Ok(SemaphoreState {
         enabled: max > 0,
         view,
-        lab: state.lab.holders(Target::Lease),
+        lab: state.teaching.lab().holders(Target::Lease),
         released: None,
     })
 }
@@ -231,16 +238,16 @@ async fn semaphore_lab(
     State(state): State<AppState>,
     headers: HeaderMap,
     Json(lab): Json<SemaphoreLab>,
-) -> Result<(StatusCode, Json<SemaphoreState>), AppError> {
+) -> Result<(StatusCode, Json<SemaphoreState>), ApiError> {
     lab_allowed(&state, &headers)?;
     if state.config.payment_concurrency == 0 {
-        return Err(AppError::NoSemaphore);
+        return Err(ApiError::Domain(Error::NoSemaphore));
     }
     let released = match lab.action {
-        LeaseAction::Acquire => state.lab.take(&state, Target::Lease).map(|_| None)?,
-        LeaseAction::Release => state.lab.release(Target::Lease),
+        LeaseAction::Acquire => state.teaching.lab_take(Target::Lease).map(|_| None)?,
+        LeaseAction::Release => state.teaching.lab().release(Target::Lease),
         LeaseAction::Clear => {
-            state.lab.clear(Target::Lease);
+            state.teaching.lab().clear(Target::Lease);
             None
         }
     };

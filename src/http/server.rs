@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use crate::error::AppError;
+use super::error::ApiError;
 
 /// What one instance grants its clients' connections.
 #[derive(Clone, Copy, Debug)]
@@ -116,7 +116,7 @@ pub fn within_open_files(wanted: usize, reserved: usize) -> usize {
 
 /// Answers a connection over the cap without reading it, and closes it.
 async fn refuse(mut stream: TcpStream) {
-    let body = AppError::Overloaded("connections").body();
+    let body = ApiError::Overloaded("connections").body();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",

@@ -16,16 +16,17 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::Deserialize;
 use sqlx::PgPool;
 
-use super::{
-    within, Guard, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S,
+use super::guard::Guard;
+use super::product::{
+    self, within, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S,
 };
-use crate::error::AppError;
-use crate::lock::Access;
-use crate::state::AppState;
+use crate::error::Error;
+use crate::lock::{Access, Zk};
 
 /// A product's terms of sale: what the order path needs, all but the stock. Each instance
 /// keeps them (see [`Catalog`]) for the checks made before an order queues; a lock cycle
@@ -168,9 +169,9 @@ impl TermsChange {
     }
 
     /// Each field given within the bounds a new product's has.
-    pub fn validate(&self) -> Result<(), AppError> {
+    pub fn validate(&self) -> Result<(), Error> {
         let field =
-            |name, value, min, max| within(name, value, min, max).map_err(AppError::InvalidRequest);
+            |name, value, min, max| within(name, value, min, max).map_err(Error::InvalidRequest);
         field("price_cents", self.price_cents, 0, MAX_PRICE_CENTS)?;
         field("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
         field("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
@@ -185,27 +186,24 @@ impl TermsChange {
 }
 
 /// Changes the product's terms under its terms write lock (see the module's notes), waiting
-/// at most the lock timeout for the lock cycles in flight. Returns the product as changed.
+/// at most `lock_timeout` for the lock cycles in flight. Returns the product as changed.
 pub async fn change_terms(
-    state: &AppState,
+    db: &PgPool,
+    zk: &Zk,
+    catalog: &Catalog,
     id: i64,
     change: &TermsChange,
-) -> Result<Product, AppError> {
+    lock_timeout: Duration,
+) -> Result<Product, Error> {
     change.validate()?;
-    let Some(product) = super::get(&state.db, id).await? else {
-        return Err(AppError::UnknownProduct(id));
+    let Some(product) = product::get(db, id).await? else {
+        return Err(Error::UnknownProduct(id));
     };
     if change.is_empty() {
         return Ok(product);
     }
-    let write = state
-        .zk
-        .lock_terms(
-            id,
-            Access::Write,
-            "terms-change",
-            state.config.lock_timeout(),
-        )
+    let write = zk
+        .lock_terms(id, Access::Write, "terms-change", lock_timeout)
         .await?;
     let changed = sqlx::query(
         "UPDATE products SET price_cents = COALESCE($2, price_cents),
@@ -213,24 +211,24 @@ pub async fn change_terms(
                 per_user_limit = COALESCE($4, per_user_limit),
                 reservation_ttl_s = COALESCE($5, reservation_ttl_s),
                 terms_version = terms_version + 1, updated_at = now()
-         WHERE id = $1",
+         WHERE id = $1
+         RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
     )
     .bind(id)
     .bind(change.price_cents)
     .bind(change.max_per_order.map(|v| v as i32))
     .bind(change.per_user_limit.map(|v| v as i32))
     .bind(change.reservation_ttl_s.map(|v| v as i32))
-    .execute(&state.db)
+    .fetch_optional(db)
     .await?;
-    state.catalog.forget(id);
+    catalog.forget(id);
     drop(write);
-    if changed.rows_affected() == 0 {
-        return Err(AppError::UnknownProduct(id));
+    if changed.is_none() {
+        return Err(Error::UnknownProduct(id));
     }
-    state.events.touch(id);
-    let product = super::get(&state.db, id)
+    let product = product::get(db, id)
         .await?
-        .ok_or(AppError::UnknownProduct(id))?;
+        .ok_or(Error::UnknownProduct(id))?;
     tracing::info!(
         product = id,
         terms_version = product.terms_version,

@@ -7,30 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use uuid::Uuid;
-
-use super::demo::Pause;
+use super::model::{Order, OrderStatus, Ticket};
+use super::shop::Shop;
 use super::store::{self, Row};
-use super::{Order, OrderStatus};
-use crate::error::AppError;
+use crate::error::Error;
 use crate::inventory::{self, Protection, Read, Terms};
-use crate::state::AppState;
-
-/// One buyer's order, waiting to be served. It has no row yet: its row is written, in its
-/// final status, by the transaction that decides it (or by whatever ends it first).
-#[derive(Clone, Debug)]
-pub struct Ticket {
-    pub id: Uuid,
-    pub user_id: String,
-    pub quantity: i32,
-    pub amount_cents: i64,
-    /// Pay at once (`paying` after the commit), or stop at `reserved`.
-    pub pay: bool,
-    /// Its Idempotency-Key, which learns the order in the same transaction.
-    pub key: Option<String>,
-    /// When it was placed: its time in the queue is measured from here.
-    pub placed: Instant,
-}
+use crate::teaching::Pause;
 
 /// What the check of read-check-write decided for one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +85,7 @@ pub fn decide(
 pub struct Served {
     /// Every order's outcome, in the batch's order: its row, in its final status, or the
     /// rejection that wrote none.
-    pub orders: Vec<Result<Order, AppError>>,
+    pub orders: Vec<Result<Order, Error>>,
     /// The stock after the batch.
     pub stock: i32,
 }
@@ -112,22 +94,22 @@ pub struct Served {
 /// after this returns: after the commit). `acquired` is when the guard was entered, for each
 /// order's time in the queue. An error means nothing was written: not one order sold.
 pub async fn serve(
-    state: &AppState,
+    shop: &Shop,
     terms: &Arc<Terms>,
     protection: Protection,
     acquired: Instant,
     tickets: &[Ticket],
     pause: Pause,
-) -> Result<Served, AppError> {
+) -> Result<Served, Error> {
     let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
-    let read = match inventory::read_stock(&state.db, terms.id, protection, &buyers).await? {
+    let read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
         Read::Ready(read) => read,
-        Read::Fenced => return Err(AppError::LockLost { order_id: None }),
+        Read::Fenced => return Err(Error::LockLost { order_id: None }),
     };
     pause.await;
     // The row's terms, not the cached ones: a change of terms since the orders' checks is
     // decided on here (their price, their cap, the buyer's limit, the reservation time).
-    let terms = state.catalog.current(terms, &read.terms);
+    let terms = shop.catalog.current(terms, &read.terms);
     let repriced: Vec<Ticket>;
     let tickets = match tickets.iter().any(|t| t.amount_cents != price(t, &terms)) {
         true => {
@@ -143,7 +125,7 @@ pub async fn serve(
         false => tickets,
     };
     let unpaid_room =
-        (read.stocked_total as f64 * state.config.max_unpaid_share).ceil() as i32 - read.unpaid;
+        (read.stocked_total as f64 * shop.rules.max_unpaid_share).ceil() as i32 - read.unpaid;
     let (verdicts, left) = decide(
         read.stock,
         terms.max_per_order,
@@ -153,7 +135,7 @@ pub async fn serve(
         tickets,
     );
     let Some(mut tx) = read.write(left).await? else {
-        return Err(AppError::LockLost { order_id: None });
+        return Err(Error::LockLost { order_id: None });
     };
     let fence = match protection {
         Protection::Fenced(token) => Some(token.zxid),
@@ -187,7 +169,7 @@ pub async fn serve(
         // The holdings changed since our read: only possible with no guard (`none`), where
         // another order of the buyer raced ours. The CHECK refused it: nothing sold.
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("purchases_within_limit") => {
-            return Err(AppError::PurchaseLimit { order_id: None });
+            return Err(Error::PurchaseLimit { order_id: None });
         }
         Err(e) => return Err(e.into()),
     };
@@ -196,9 +178,9 @@ pub async fn serve(
     let orders = verdicts
         .iter()
         .map(|verdict| match verdict {
-            Verdict::Limit => Err(AppError::PurchaseLimit { order_id: None }),
-            Verdict::Unpaid => Err(AppError::TooManyUnpaid),
-            Verdict::TooMany => Err(AppError::Unprocessable(format!(
+            Verdict::Limit => Err(Error::PurchaseLimit { order_id: None }),
+            Verdict::Unpaid => Err(Error::TooManyUnpaid),
+            Verdict::TooMany => Err(Error::Unprocessable(format!(
                 "quantity must be at most {} for this product (its terms changed)",
                 terms.max_per_order
             ))),
@@ -218,6 +200,8 @@ fn price(ticket: &Ticket, terms: &Terms) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use uuid::Uuid;
+
     use super::*;
 
     fn ticket(user: &str, quantity: i32) -> Ticket {

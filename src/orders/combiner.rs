@@ -1,8 +1,9 @@
 //! The combining queue: orders for one product wait on this instance in arrival order, and
-//! one worker at a time takes the product's guard (for `zk`, the ZooKeeper lock: one node in
-//! the fair queue for the whole instance), serves up to `batch_max` of them in one lock cycle,
-//! releases, and goes again while anyone waits. Orders that arrive during a cycle form the
-//! next one, so batches grow with the load and no order waits for a batch to fill.
+//! one worker at a time (see `cycle::work`) takes the product's guard (for `zk`, the
+//! ZooKeeper lock: one node in the fair queue for the whole instance), serves up to
+//! `batch_max` of them in one lock cycle, releases, and goes again while anyone waits.
+//! Orders that arrive during a cycle form the next one, so batches grow with the load and no
+//! order waits for a batch to fill.
 //!
 //! Across instances the ZooKeeper queue stays first come, first served; inside an instance,
 //! this queue does.
@@ -10,23 +11,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{oneshot, watch};
-use tracing::Instrument;
+use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::batch::Ticket;
-use super::{cycle, demo, step, Answer, Waiting};
-use crate::error::AppError;
-use crate::inventory::{self, Terms};
-use crate::lock::{LockError, Session};
-use crate::state::AppState;
+use super::model::{Ticket, Waiting};
+use crate::error::Error;
 
 #[derive(Clone, Default)]
 pub struct Combiner {
     queues: Arc<Mutex<HashMap<i64, Arc<Queue>>>>,
 }
 
-struct Queue {
+/// One product's queue on this instance.
+pub(super) struct Queue {
     state: Mutex<QueueState>,
     /// How many wait (not counting a batch being served): the worker gives up its place in
     /// the lock queue when this falls to 0 (everyone left: timed out, hung up).
@@ -62,30 +59,26 @@ impl Combiner {
             .clone()
     }
 
-    /// Queues the order; its answer arrives on the receiver. 429 `too_busy` when this
-    /// instance already has `--max-waiters-per-product` orders of the product queued or
-    /// being served.
-    pub fn submit(
+    /// Queues the order; its answer arrives on its reply channel. Returns the queue when no
+    /// worker runs for it yet: the caller starts one. 429 `too_busy` when this instance
+    /// already has `max` orders of the product queued or being served.
+    pub(super) fn submit(
         &self,
-        state: &AppState,
-        terms: Arc<Terms>,
-        ticket: Ticket,
-    ) -> Result<oneshot::Receiver<Answer>, AppError> {
-        let queue = self.queue(terms.id);
-        let (reply, answer) = oneshot::channel();
+        product_id: i64,
+        waiting: Waiting,
+        max: usize,
+    ) -> Result<Option<Arc<Queue>>, Error> {
+        let queue = self.queue(product_id);
         let start_worker = {
             let mut st = queue.state.lock().expect("queue poisoned");
-            if st.waiting.len() + st.serving >= state.config.max_waiters_per_product {
-                return Err(AppError::TooBusy);
+            if st.waiting.len() + st.serving >= max {
+                return Err(Error::TooBusy);
             }
-            st.waiting.push_back(Waiting::new(ticket, reply));
+            st.waiting.push_back(waiting);
             st.publish(&queue.waiting);
             !std::mem::replace(&mut st.worker, true)
         };
-        if start_worker {
-            state.tasks.spawn(work(state.clone(), terms, queue));
-        }
-        Ok(answer)
+        Ok(start_worker.then_some(queue))
     }
 
     /// The product's queue, if any order of it ever queued here.
@@ -116,78 +109,43 @@ impl Combiner {
     }
 }
 
-/// The product's worker: lock cycles until nobody waits.
-async fn work(state: AppState, terms: Arc<Terms>, queue: Arc<Queue>) {
-    let batch_max = usize::try_from(terms.batch_max).unwrap_or(1).max(1);
-    loop {
-        {
-            let mut st = queue.state.lock().expect("queue poisoned");
-            if st.waiting.is_empty() {
-                st.worker = false;
-                return;
-            }
+/// The worker's side of a queue.
+impl Queue {
+    /// Whether the worker should stop: nobody waits (then it is marked stopped, and the next
+    /// order to queue starts a new one).
+    pub(super) fn stop_if_empty(&self) -> bool {
+        let mut st = self.state.lock().expect("queue poisoned");
+        if st.waiting.is_empty() {
+            st.worker = false;
         }
-        let demo = demo::armed(&state, &terms).await;
-        let session = if demo.is_some() {
-            Session::Own
-        } else {
-            Session::Shared
-        };
-        let mut waiting = queue.waiting.subscribe();
-        // A cycle serves many requests: its span stands alone, and each order it serves
-        // names it (see `orders::cycle`).
-        let span = super::CycleSpan::new(&terms, true);
-        // Each order keeps its own deadline (see `orders::queue`); the worker keeps its place
-        // in the lock queue while anyone is left to serve.
-        let entered = tokio::select! {
-            entered = inventory::enter_for_sale(&state, terms.id, terms.guard, session, step::lock_timeout(&state, terms.id)).instrument(span.span.clone()) => entered,
-            _ = waiting.wait_for(|n| *n == 0) => continue,
-        };
-        let entered = match entered {
-            Ok(entered) => entered,
-            // Still someone waiting (each leaves at its own deadline): queue again.
-            Err(LockError::Timeout(_)) => continue,
-            Err(e) => {
-                fail_waiting(&state, &terms, &queue, AppError::from(e)).await;
-                continue;
-            }
-        };
-        let batch: Vec<Waiting> = {
-            let mut st = queue.state.lock().expect("queue poisoned");
-            let n = st.waiting.len().min(batch_max);
-            let batch: Vec<Waiting> = st.waiting.drain(..n).collect();
-            st.serving = batch.len();
-            st.publish(&queue.waiting);
-            batch
-        };
-        if !batch.is_empty() {
-            cycle(&state, &terms, entered, demo, batch, span.number)
-                .instrument(span.span)
-                .await;
-        }
-        queue.state.lock().expect("queue poisoned").serving = 0;
+        !st.worker
     }
-}
 
-/// The guard could not be entered (ZooKeeper unavailable, the session lost): every waiting
-/// order gets the error it would have got alone.
-async fn fail_waiting(state: &AppState, terms: &Terms, queue: &Queue, error: AppError) {
-    let failed: Vec<Waiting> = {
-        let mut st = queue.state.lock().expect("queue poisoned");
-        let failed = st.waiting.drain(..).collect();
-        st.publish(&queue.waiting);
-        failed
-    };
-    let tickets: Vec<&Ticket> = failed.iter().map(|w| &w.ticket).collect();
-    super::store::ended(
-        &state.db,
-        terms,
-        &tickets,
-        super::OrderStatus::Failed,
-        Some(error.code()),
-    )
-    .await;
-    for waiting in failed {
-        let _ = waiting.reply.send(Err(error.again_for(waiting.ticket.id)));
+    /// How many wait, as it changes.
+    pub(super) fn waiting(&self) -> watch::Receiver<usize> {
+        self.waiting.subscribe()
+    }
+
+    /// The next batch, at most `max` orders in arrival order, now being served.
+    pub(super) fn take(&self, max: usize) -> Vec<Waiting> {
+        let mut st = self.state.lock().expect("queue poisoned");
+        let n = st.waiting.len().min(max);
+        let batch: Vec<Waiting> = st.waiting.drain(..n).collect();
+        st.serving = batch.len();
+        st.publish(&self.waiting);
+        batch
+    }
+
+    /// The batch being served has its answers.
+    pub(super) fn served(&self) {
+        self.state.lock().expect("queue poisoned").serving = 0;
+    }
+
+    /// Every waiting order, out of the queue (the guard could not be entered).
+    pub(super) fn drain(&self) -> Vec<Waiting> {
+        let mut st = self.state.lock().expect("queue poisoned");
+        let all = st.waiting.drain(..).collect();
+        st.publish(&self.waiting);
+        all
     }
 }

@@ -10,21 +10,28 @@ use futures_util::future::join_all;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::model::{Answer, Order, OrderStatus};
+use super::shop::Shop;
 use super::store::{self, advance, Payment};
-use super::{Answer, Order, OrderStatus};
-use crate::error::AppError;
+use crate::error::Error;
 use crate::inventory::{self, Change, Outcome};
 use crate::lock::{LockError, Owner, Session};
-use crate::payment::Charge;
-use crate::state::AppState;
+use crate::payment::{Charge, PAYMENT_SEMAPHORE};
 use crate::telemetry::metrics;
 
 /// Pays a reservation. The order is first claimed (`reserved` → `paying`) only if its
 /// reservation is still running, in one conditional UPDATE; the expiry sweep moves
 /// `reserved` → `expired` with the opposite condition. PostgreSQL serialises the two on the
 /// order's row, so a payment racing the expiry ends in exactly one of them.
-pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
-    let db = &state.db;
+impl Shop {
+    /// Pays a reservation (see [`pay`]).
+    pub async fn pay(&self, id: Uuid) -> Result<Order, Error> {
+        pay(self, id).await
+    }
+}
+
+async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
+    let db = &shop.db;
     let claimed: Option<Order> = sqlx::query_as(
         "UPDATE orders SET status = 'paying', updated_at = now()
          WHERE id = $1 AND status = 'reserved' AND expires_at > now() RETURNING *",
@@ -33,44 +40,35 @@ pub async fn pay(state: &AppState, id: Uuid) -> Result<Order, AppError> {
     .fetch_optional(db)
     .await?;
     let Some(order) = claimed else {
-        let current = store::get(db, id)
-            .await?
-            .ok_or(AppError::OrderNotFound(id))?;
+        let current = store::get(db, id).await?.ok_or(Error::OrderNotFound(id))?;
         return match current.status {
             OrderStatus::Paid => Ok(current),
             // Past its deadline, expired or about to be: either way, not payable.
             OrderStatus::Reserved | OrderStatus::Expired => {
-                Err(AppError::ReservationExpired { order_id: id })
+                Err(Error::ReservationExpired { order_id: id })
             }
-            OrderStatus::Paying => Err(AppError::PaymentInProgress { order_id: id }),
-            _ => Err(AppError::NotPayable { order_id: id }),
+            OrderStatus::Paying => Err(Error::PaymentInProgress { order_id: id }),
+            _ => Err(Error::NotPayable { order_id: id }),
         };
     };
-    let deadline = Instant::now() + state.config.request_timeout();
-    settle(state, vec![(order, deadline)])
+    let deadline = Instant::now() + shop.rules.request_timeout;
+    settle(shop, vec![(order, deadline)])
         .await
         .pop()
-        .unwrap_or_else(|| {
-            Err(AppError::Internal(anyhow!(
-                "a settled payment went missing"
-            )))
-        })
+        .unwrap_or_else(|| Err(Error::Internal(anyhow!("a settled payment went missing"))))
 }
-
-/// The payment provider's semaphore (`--payment-concurrency`), under `{root}/semaphores/`.
-pub const PAYMENT_SEMAPHORE: &str = "payment";
 
 /// Settles a batch's orders claimed for payment and answers each. Each order comes with
 /// its request's deadline, which bounds its wait for a payment lease.
 pub(super) async fn settle_and_answer(
-    state: AppState,
+    shop: Shop,
     paying: Vec<(Order, oneshot::Sender<Answer>, Instant)>,
 ) {
     let (orders, replies): (Vec<(Order, Instant)>, Vec<_>) = paying
         .into_iter()
         .map(|(order, reply, deadline)| ((order, deadline), reply))
         .unzip();
-    for (answer, reply) in settle(&state, orders).await.into_iter().zip(replies) {
+    for (answer, reply) in settle(&shop, orders).await.into_iter().zip(replies) {
         let _ = reply.send(answer);
     }
 }
@@ -79,11 +77,11 @@ pub(super) async fn settle_and_answer(
 /// one statement: `paid`, or declined and the units back. One answer per order, in order.
 /// With `--payment-concurrency`, each charge first waits for a lease, until its deadline;
 /// an order that gets none is not charged and goes back to `reserved`.
-async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> {
+async fn settle(shop: &Shop, orders: Vec<(Order, Instant)>) -> Vec<Answer> {
     let attempts = join_all(
         orders
             .iter()
-            .map(|(order, deadline)| charge(state, order, *deadline)),
+            .map(|(order, deadline)| charge(shop, order, *deadline)),
     )
     .await;
     let orders: Vec<Order> = orders.into_iter().map(|(order, _)| order).collect();
@@ -99,12 +97,11 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
                 unclaimed.push(order.id);
                 let answer = match e {
                     LockError::Timeout(_) | LockError::TooBusy => {
-                        AppError::PaymentBusy { order_id: order.id }
+                        Error::PaymentBusy { order_id: order.id }
                     }
-                    other => AppError::Unavailable(anyhow!(
-                        "order {}: no payment lease: {other}",
-                        order.id
-                    )),
+                    other => {
+                        Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id))
+                    }
                 };
                 answers.push((at, Err(answer)));
             }
@@ -113,13 +110,13 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
     if !unclaimed.is_empty() {
         // Left `paying`, the sweep would settle them as failed in 5 minutes; as `reserved`
         // they stay payable until their deadline.
-        if let Err(e) = store::unclaim(&state.db, &unclaimed).await {
+        if let Err(e) = store::unclaim(&shop.db, &unclaimed).await {
             tracing::warn!(error = %e, "could not give uncharged orders back their reservation");
             // Not payable again yet: say what is true (nothing charged, try again later).
             for (_, answer) in &mut answers {
-                if let Err(AppError::PaymentBusy { order_id }) = answer {
+                if let Err(Error::PaymentBusy { order_id }) = answer {
                     let order_id = *order_id;
-                    *answer = Err(AppError::Unavailable(anyhow!(
+                    *answer = Err(Error::Unavailable(anyhow!(
                         "order {order_id}: not charged, and its reservation could not be restored yet"
                     )));
                 }
@@ -139,7 +136,7 @@ async fn settle(state: &AppState, orders: Vec<(Order, Instant)>) -> Vec<Answer> 
             ended_at: charge.ended_at,
         })
         .collect();
-    let mut settled = record_and_answer(state, &orders, &payments)
+    let mut settled = record_and_answer(shop, &orders, &payments)
         .await
         .into_iter();
     let mut answers = answers.into_iter().peekable();
@@ -159,14 +156,14 @@ pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 /// One charge, under a payment lease when `--payment-concurrency` is set: the lease is
 /// waited for until `deadline` less the provider's own time and [`ANSWER_MARGIN`], so the
 /// answer still makes it within the request's time limit.
-async fn charge(state: &AppState, order: &Order, deadline: Instant) -> Result<Charge, LockError> {
-    let max = state.config.payment_concurrency;
+async fn charge(shop: &Shop, order: &Order, deadline: Instant) -> Result<Charge, LockError> {
+    let max = shop.rules.payment_concurrency;
     let _lease = if max > 0 {
         let left = deadline
             .saturating_duration_since(Instant::now())
-            .saturating_sub(state.payment.latency + ANSWER_MARGIN);
+            .saturating_sub(shop.payment.latency + ANSWER_MARGIN);
         let label = format!("order-{}", &order.id.simple().to_string()[..8]);
-        let lease = state
+        let lease = shop
             .zk
             .acquire_lease(PAYMENT_SEMAPHORE, max, &label, left)
             .await?;
@@ -175,16 +172,16 @@ async fn charge(state: &AppState, order: &Order, deadline: Instant) -> Result<Ch
     } else {
         None
     };
-    Ok(state.payment.charge(order.amount_cents).await)
+    Ok(shop.payment.charge(order.amount_cents).await)
 }
 
 /// Records the charges' outcomes and answers each charged order.
 async fn record_and_answer(
-    state: &AppState,
+    shop: &Shop,
     orders: &[&Order],
     payments: &[Payment<'_>],
 ) -> Vec<Answer> {
-    let recorded = record(state, payments).await;
+    let recorded = record(shop, payments).await;
     let unrecorded = recorded.is_err();
     let mut paid: HashMap<Uuid, Order> = match recorded {
         Ok(paid) => paid.into_iter().map(|o| (o.id, o)).collect(),
@@ -199,19 +196,19 @@ async fn record_and_answer(
         let paid = paid.remove(&order.id);
         async move {
             if !payment.succeeded {
-                give_back(state, order).await;
-                return Err(AppError::PaymentFailed { order_id: order.id });
+                give_back(shop, order).await;
+                return Err(Error::PaymentFailed { order_id: order.id });
             }
             match paid {
                 Some(paid) => Ok(paid),
-                None if unrecorded => Err(AppError::Unavailable(anyhow!(
+                None if unrecorded => Err(Error::Unavailable(anyhow!(
                     "the payment of order {} could not be recorded",
                     order.id
                 ))),
                 // Moved on under us (settled by a sweep as abandoned): answer it as it is.
-                None => match store::get(&state.db, order.id).await {
+                None => match store::get(&shop.db, order.id).await {
                     Ok(Some(current)) if current.status == OrderStatus::Paid => Ok(current),
-                    Ok(_) => Err(AppError::NotPayable { order_id: order.id }),
+                    Ok(_) => Err(Error::NotPayable { order_id: order.id }),
                     Err(e) => Err(e.into()),
                 },
             }
@@ -224,11 +221,11 @@ async fn record_and_answer(
 /// the provider has answered, so its answer must reach the order. Left unrecorded, a charged
 /// order would wait in `paying` for the sweep, which finds no succeeded payment and returns
 /// its units: the buyer charged, the order failed.
-async fn record(state: &AppState, payments: &[Payment<'_>]) -> Result<Vec<Order>, sqlx::Error> {
+async fn record(shop: &Shop, payments: &[Payment<'_>]) -> Result<Vec<Order>, sqlx::Error> {
     let mut pause = Duration::from_millis(100);
     let mut waited = Duration::ZERO;
     loop {
-        match store::record_payments(&state.db, payments).await {
+        match store::record_payments(&shop.db, payments).await {
             Err(e) if waited < Duration::from_secs(60) => {
                 tracing::warn!(orders = payments.len(), error = %e, "recording payments failed; retrying");
                 tokio::time::sleep(pause).await;
@@ -243,10 +240,10 @@ async fn record(state: &AppState, payments: &[Payment<'_>]) -> Result<Vec<Order>
 /// A declined payment gives the units back. Retried a few times: if it still cannot (lock
 /// queue jammed, database down) the order stays `paying` — the audit stays balanced, the
 /// units are just not back on sale yet; the sweep's stale-payment pass retries it.
-async fn give_back(state: &AppState, order: &Order) {
+async fn give_back(shop: &Shop, order: &Order) {
     for attempt in 1..=3 {
         match release(
-            state,
+            shop,
             order,
             OrderStatus::Paying,
             OrderStatus::PaymentFailed,
@@ -269,32 +266,32 @@ async fn give_back(state: &AppState, order: &Order) {
 /// `reserved`, also: not yet due), which rolls the stock back: another instance's sweep or a
 /// payment got there first. An `owner` holding the product's lock already re-enters it.
 pub(super) async fn release(
-    state: &AppState,
+    shop: &Shop,
     order: &Order,
     from: OrderStatus,
     to: OrderStatus,
     owner: Option<&Owner>,
 ) -> anyhow::Result<bool> {
-    let product = state
+    let product = shop
         .catalog
-        .terms(&state.db, order.product_id)
+        .terms(&shop.db, order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
     let (lock, protection) = inventory::enter_as(
-        state,
+        &shop.zk,
         owner,
         product.id,
         product.guard,
         Session::Shared,
-        state.config.lock_timeout(),
+        shop.rules.lock_timeout,
     )
     .await?;
     let outcome = inventory::change_stock(
-        &state.db,
+        &shop.db,
         product.id,
         Change::Return(order.quantity),
         protection,
-        inventory::think(state.config.stock_think()),
+        inventory::think(shop.rules.stock_think),
     )
     .await?;
     let mut tx = match outcome {
@@ -309,6 +306,6 @@ pub(super) async fn release(
     store::release_units(&mut tx, order).await?;
     tx.commit().await?;
     drop(lock);
-    state.sold_out.lower(&product.id.to_string()).await;
+    shop.sold_out.lower(&product.id.to_string()).await;
     Ok(true)
 }

@@ -8,8 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::batch::Ticket;
-use super::{Order, OrderStatus};
+use super::model::{Order, OrderStatus, Ticket};
 use crate::inventory::Terms;
 
 /// One order's row, as its batch (or whatever ended it) decided it.
@@ -207,6 +206,21 @@ pub(super) async fn unclaim(db: &PgPool, ids: &[Uuid]) -> Result<(), sqlx::Error
     .execute(db)
     .await
     .map(|_| ())
+}
+
+/// Units of the product the buyer holds now (reserved and paid).
+pub(super) async fn units_held(
+    db: &PgPool,
+    product_id: i64,
+    user_id: &str,
+) -> Result<i32, sqlx::Error> {
+    let held: Option<i32> =
+        sqlx::query_scalar("SELECT units FROM purchases WHERE product_id = $1 AND user_id = $2")
+            .bind(product_id)
+            .bind(user_id)
+            .fetch_optional(db)
+            .await?;
+    Ok(held.unwrap_or(0))
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {

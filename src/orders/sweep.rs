@@ -1,7 +1,6 @@
 //! The background work every instance does, once a `--expiry-interval-ms`: return the stock
 //! of reservations past their deadline, settle payments abandoned half way, close orders left
-//! `created`, lower sold-out flags that the stock contradicts, and (once a minute) forget old
-//! Idempotency-Keys.
+//! `created`, and lower sold-out flags that the stock contradicts.
 //!
 //! Safe on all instances at once, and nothing stays stuck:
 //! - an instance **takes** the rows it works on (`sweep_after` moved a lease into the future,
@@ -12,14 +11,13 @@
 //!   the rows behind it rather than stopping at it.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::model::{Order, OrderStatus};
 use super::pay::release;
-use super::{Order, OrderStatus};
-use crate::idempotency;
+use super::shop::Shop;
 use crate::inventory;
 use crate::lock::{Owner, Session, StockLock};
-use crate::state::AppState;
 use crate::telemetry::metrics;
 
 /// A payment that has not finished in this long was abandoned (its instance died, or the
@@ -36,14 +34,12 @@ const PASS: i64 = 100;
 /// Reservations of one product the expiry returns under one hold of its lock.
 const RETURNS_PER_HOLD: usize = 10;
 
-/// Sweeps until the task is aborted (shutdown).
-pub async fn run(state: AppState) {
-    let interval = Duration::from_millis(state.config.expiry_interval_ms);
-    let key_ttl = Duration::from_secs(state.config.idempotency_ttl_s);
-    let mut purged_at: Option<Instant> = None;
+/// Sweeps every `interval` until the task is aborted (shutdown).
+pub async fn run(shop: Shop, interval: Duration) {
+    let shop = &shop;
     loop {
         tokio::time::sleep(interval).await;
-        match expire_due(&state).await {
+        match expire_due(shop).await {
             Ok(0) => {}
             Ok(n) => {
                 metrics::sweep("expired", n as u64);
@@ -51,10 +47,10 @@ pub async fn run(state: AppState) {
             }
             Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
         }
-        if let Err(e) = settle_stale_payments(&state).await {
+        if let Err(e) = settle_stale_payments(shop).await {
             tracing::warn!(error = %e, "settling stale payments failed");
         }
-        match close_abandoned(&state).await {
+        match close_abandoned(shop).await {
             Ok(0) => {}
             Ok(n) => {
                 metrics::sweep("closed_abandoned", n);
@@ -62,26 +58,15 @@ pub async fn run(state: AppState) {
             }
             Err(e) => tracing::warn!(error = %e, "closing abandoned orders failed"),
         }
-        if let Err(e) = lower_contradicted_flags(&state).await {
+        if let Err(e) = lower_contradicted_flags(shop).await {
             tracing::warn!(error = %e, "checking sold-out flags against the stock failed");
-        }
-        if purged_at.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
-            purged_at = Some(Instant::now());
-            if let Err(e) = idempotency::purge(&state.db, key_ttl).await {
-                tracing::warn!(error = %e, "purging old idempotency keys failed");
-            }
         }
     }
 }
 
 /// Takes up to [`PASS`] orders in `status` whose `since` is at least `age` ago and that no
 /// other sweep holds, oldest first, for [`LEASE`].
-async fn take(
-    state: &AppState,
-    status: &str,
-    since: &str,
-    age: Duration,
-) -> sqlx::Result<Vec<Order>> {
+async fn take(shop: &Shop, status: &str, since: &str, age: Duration) -> sqlx::Result<Vec<Order>> {
     sqlx::query_as(&format!(
         "UPDATE orders SET sweep_after = now() + make_interval(secs => $2)
          WHERE id IN (SELECT o.id FROM orders o
@@ -94,7 +79,7 @@ async fn take(
     .bind(LEASE.as_secs_f64())
     .bind(PASS)
     .bind(age.as_secs_f64())
-    .fetch_all(&state.db)
+    .fetch_all(&shop.db)
     .await
 }
 
@@ -104,8 +89,8 @@ async fn take(
 /// [`RETURNS_PER_HOLD`] returns, and each return re-enters it by counting: one lock node and
 /// one queue turn for them, not one per expired order (each return still commits on its own,
 /// fenced by the same token). Between holds the product's buyers get their turns.
-pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
-    let due = take(state, "reserved", "expires_at", Duration::ZERO).await?;
+pub(super) async fn expire_due(shop: &Shop) -> anyhow::Result<usize> {
+    let due = take(shop, "reserved", "expires_at", Duration::ZERO).await?;
     let mut by_product: BTreeMap<i64, Vec<&Order>> = BTreeMap::new();
     for order in &due {
         by_product.entry(order.product_id).or_default().push(order);
@@ -122,10 +107,10 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
     }
     for (product, orders) in holds {
         let owner = Owner::new();
-        let _pass = hold_for_pass(state, &owner, product).await;
+        let _pass = hold_for_pass(shop, &owner, product).await;
         for order in orders {
             let released = release(
-                state,
+                shop,
                 order,
                 OrderStatus::Reserved,
                 OrderStatus::Expired,
@@ -146,11 +131,11 @@ pub async fn expire_due(state: &AppState) -> anyhow::Result<usize> {
 
 /// The product's lock, taken by `owner` for a pass (`None` for a guard without a lock, or if
 /// it cannot be had now: each return then tries on its own, and fails or not as it would).
-async fn hold_for_pass(state: &AppState, owner: &Owner, product: i64) -> Option<StockLock> {
-    let terms = state.catalog.terms(&state.db, product).await.ok()??;
-    let timeout = state.config.lock_timeout();
+async fn hold_for_pass(shop: &Shop, owner: &Owner, product: i64) -> Option<StockLock> {
+    let terms = shop.catalog.terms(&shop.db, product).await.ok()??;
+    let timeout = shop.rules.lock_timeout;
     let entered = inventory::enter_as(
-        state,
+        &shop.zk,
         Some(owner),
         product,
         terms.guard,
@@ -163,10 +148,10 @@ async fn hold_for_pass(state: &AppState, owner: &Owner, product: i64) -> Option<
 /// Settles orders stuck in `paying`: `paid` if a succeeded payment was recorded (the charge
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
-async fn settle_stale_payments(state: &AppState) -> anyhow::Result<()> {
-    let stale = take(state, "paying", "updated_at", STALE_PAYMENT).await?;
+async fn settle_stale_payments(shop: &Shop) -> anyhow::Result<()> {
+    let stale = take(shop, "paying", "updated_at", STALE_PAYMENT).await?;
     for order in stale {
-        if let Err(e) = settle(state, &order).await {
+        if let Err(e) = settle(shop, &order).await {
             metrics::sweep("skipped", 1);
             tracing::warn!(order = %order.id, error = %e, "settling an abandoned payment failed; retrying later");
         }
@@ -174,22 +159,22 @@ async fn settle_stale_payments(state: &AppState) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
+async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
     let charged: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded')",
     )
     .bind(order.id)
-    .fetch_one(&state.db)
+    .fetch_one(&shop.db)
     .await?;
     if charged {
         sqlx::query("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'")
             .bind(order.id)
-            .execute(&state.db)
+            .execute(&shop.db)
             .await?;
         metrics::sweep("settled_paid", 1);
         tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
     } else if release(
-        state,
+        shop,
         order,
         OrderStatus::Paying,
         OrderStatus::PaymentFailed,
@@ -207,14 +192,14 @@ async fn settle(state: &AppState, order: &Order) -> anyhow::Result<()> {
 /// timeout): their process died before the sale decided them, so nothing was sold. They end
 /// `failed` (`abandoned`), and their Idempotency-Key is free for a retry. (This version
 /// writes no `created` rows; earlier ones did, and an upgrade may find some.)
-async fn close_abandoned(state: &AppState) -> sqlx::Result<u64> {
-    let age = state.config.lock_timeout() + state.config.request_timeout();
+async fn close_abandoned(shop: &Shop) -> sqlx::Result<u64> {
+    let age = shop.rules.lock_timeout + shop.rules.request_timeout;
     let closed = sqlx::query(
         "UPDATE orders SET status = 'failed', failure = 'abandoned', updated_at = now()
          WHERE status = 'created' AND created_at < now() - make_interval(secs => $1)",
     )
     .bind(age.as_secs_f64())
-    .execute(&state.db)
+    .execute(&shop.db)
     .await?;
     Ok(closed.rows_affected())
 }
@@ -223,8 +208,8 @@ async fn close_abandoned(state: &AppState) -> sqlx::Result<u64> {
 /// commit and the re-read that lowers it, or left by anything else, a flag would otherwise
 /// answer 409 `sold_out` on every instance while units are on sale. A sale that leaves the
 /// stock at 0 raises it again.
-async fn lower_contradicted_flags(state: &AppState) -> sqlx::Result<()> {
-    let flagged: Vec<i64> = state
+async fn lower_contradicted_flags(shop: &Shop) -> sqlx::Result<()> {
+    let flagged: Vec<i64> = shop
         .sold_out
         .all_raised()
         .iter()
@@ -236,15 +221,15 @@ async fn lower_contradicted_flags(state: &AppState) -> sqlx::Result<()> {
     let in_stock: Vec<i64> =
         sqlx::query_scalar("SELECT id FROM products WHERE id = ANY($1) AND stock > 0")
             .bind(&flagged)
-            .fetch_all(&state.db)
+            .fetch_all(&shop.db)
             .await?;
     for product in in_stock {
         tracing::warn!(
             product,
             "sold-out flag raised while the product has stock; lowering it"
         );
-        state.sold_out.lower(&product.to_string()).await;
-        state.events.touch(product);
+        shop.sold_out.lower(&product.to_string()).await;
+        shop.events.touch(product);
         metrics::sweep("lowered_flag", 1);
     }
     Ok(())

@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::helpers::*;
-use seckill::orders::demo::Hold;
+use seckill::teaching::Hold;
 
 fn order(base: &str, product: i64, user: &str, quantity: i64) -> JoinHandle<Reply> {
     let (base, user) = (base.to_string(), user.to_string());

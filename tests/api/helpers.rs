@@ -108,9 +108,9 @@ impl TestEnv {
         let config = <Config as clap::Parser>::try_parse_from(argv).expect("valid test flags");
         let app = Application::build(config).await.expect("build the app");
         let base_url = format!("http://{}", app.local_addr());
-        let zk = app.state().zk.clone();
-        let holds = app.state().holds.clone();
-        let combiner = app.state().combiner.clone();
+        let zk = app.zk().clone();
+        let holds = app.teaching().holds().clone();
+        let combiner = app.shop().combiner().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(app.run(async move {
             let _ = stopped.await;
@@ -261,7 +261,7 @@ pub struct TestApp {
     pub base_url: String,
     pub zk: seckill::lock::Zk,
     /// Pauses this app's next lock holder of a product inside its critical section.
-    pub holds: seckill::orders::demo::Holds,
+    pub holds: seckill::teaching::Holds,
     /// This app's per-product queues of orders waiting for a lock cycle.
     pub combiner: seckill::orders::combiner::Combiner,
     /// Dropping it shuts the app down.

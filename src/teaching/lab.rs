@@ -12,10 +12,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::error::AppError;
-use crate::lock::{Access, Lease, TermsLock};
-use crate::orders::PAYMENT_SEMAPHORE;
-use crate::state::AppState;
+use crate::error::Error;
+use crate::lock::{Access, Lease, TermsLock, Zk};
+use crate::payment::PAYMENT_SEMAPHORE;
 
 /// A lab holder lets go on its own after this long.
 pub const MAX_HOLD: Duration = Duration::from_secs(60);
@@ -73,13 +72,18 @@ enum Kept {
 impl Lab {
     /// Starts a holder that waits for `target` (up to [`MAX_HOLD`]) and keeps it until
     /// released. Returns its label at once: it may still be waiting.
-    pub fn take(&self, state: &AppState, target: Target) -> Result<Holder, AppError> {
+    pub fn take(
+        &self,
+        zk: &Zk,
+        payment_concurrency: usize,
+        target: Target,
+    ) -> Result<Holder, Error> {
         let (release, released) = oneshot::channel();
         let held = Arc::new(AtomicBool::new(false));
         let label = {
             let mut entries = self.entries.lock().expect("lab poisoned");
             if entries.len() >= MAX_HOLDERS {
-                return Err(AppError::TooBusy);
+                return Err(Error::TooBusy);
             }
             let label = format!("lab-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
             entries.push_back(Entry {
@@ -90,19 +94,21 @@ impl Lab {
             });
             label
         };
-        let (lab, state, name) = (self.clone(), state.clone(), label.clone());
+        let (lab, zk, name) = (self.clone(), zk.clone(), label.clone());
         tokio::spawn(async move {
             let acquire = async {
                 match target {
                     Target::Lease => {
-                        let max = state.config.payment_concurrency;
-                        let lease = state
-                            .zk
-                            .acquire_lease(PAYMENT_SEMAPHORE, max, &name, MAX_HOLD);
+                        let lease = zk.acquire_lease(
+                            PAYMENT_SEMAPHORE,
+                            payment_concurrency,
+                            &name,
+                            MAX_HOLD,
+                        );
                         lease.await.map(|lease| Kept::Lease { _lease: lease })
                     }
                     Target::Terms(product, access) => {
-                        let lock = state.zk.lock_terms(product, access, &name, MAX_HOLD);
+                        let lock = zk.lock_terms(product, access, &name, MAX_HOLD);
                         lock.await.map(|lock| Kept::Terms { _lock: lock })
                     }
                 }

@@ -1,0 +1,332 @@
+//! Every error answer, and the error policy of the API:
+//!
+//! - Client errors answer their status with a stable `error` code and a human `message`.
+//! - Server-side trouble (database, ZooKeeper) is logged with its cause chain and answered
+//!   503 `unavailable` or 500 `internal` with a fixed message: internals never leak.
+//! - Every 503 and 429 carries `Retry-After`, so well-behaved clients back off.
+//!
+//! The domain's [`Error`] knows nothing of HTTP: its status is decided here, beside the
+//! errors only the edge can have (auth, routing, body limits, connection caps).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::lock::LockError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The domain's answer: its status is [`status_of`].
+    #[error(transparent)]
+    Domain(#[from] Error),
+    /// 401: the admin bearer token is missing or wrong.
+    #[error("a valid admin bearer token is required")]
+    Unauthorized,
+    /// 403: the server runs without an admin token.
+    #[error("admin endpoints are disabled: start the server with --admin-token")]
+    AdminDisabled,
+    /// 404: no such route.
+    #[error("no such route")]
+    RouteNotFound,
+    /// 405
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// 429: this client sent more orders than `--orders-per-client-per-s` allows.
+    #[error("too many orders from this client; slow down")]
+    RateLimited,
+    /// 503: this instance is at its limit of connections or event streams.
+    #[error("this instance is at its limit of {0}; retry shortly")]
+    Overloaded(&'static str),
+    /// 413
+    #[error("request body over {0} bytes")]
+    PayloadTooLarge(usize),
+    /// 415
+    #[error("expected Content-Type: application/json")]
+    UnsupportedMediaType,
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        ApiError::Domain(err.into())
+    }
+}
+
+impl From<LockError> for ApiError {
+    fn from(err: LockError) -> Self {
+        ApiError::Domain(err.into())
+    }
+}
+
+/// Every error answer's body.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody<'a> {
+    /// A stable code from [`CODES`]: match on this, not on the message.
+    #[schema(value_type = String)]
+    error: &'a str,
+    /// For people; may change.
+    message: String,
+    /// The order the error happened to, when its row exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_id: Option<Uuid>,
+}
+
+/// Every code an answer can carry, in the README's order.
+pub const CODES: [&str; 28] = [
+    "invalid_request",
+    "unauthorized",
+    "payment_failed",
+    "admin_disabled",
+    "demo_disabled",
+    "unknown_product",
+    "order_not_found",
+    "not_found",
+    "no_lock",
+    "method_not_allowed",
+    "sold_out",
+    "purchase_limit",
+    "too_many_unpaid",
+    "idempotency_in_progress",
+    "reservation_expired",
+    "payment_in_progress",
+    "order_not_payable",
+    "payload_too_large",
+    "unsupported_media_type",
+    "idempotency_mismatch",
+    "unprocessable",
+    "too_busy",
+    "rate_limited",
+    "lock_timeout",
+    "lock_lost",
+    "payment_busy",
+    "unavailable",
+    "internal",
+];
+
+/// A domain error's status.
+pub fn status_of(error: &Error) -> StatusCode {
+    use Error::*;
+    match error {
+        InvalidRequest(_) => StatusCode::BAD_REQUEST,
+        PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
+        DemoDisabled => StatusCode::FORBIDDEN,
+        UnknownProduct(_) | OrderNotFound(_) | NoLock(..) | NoSemaphore => StatusCode::NOT_FOUND,
+        SoldOut { .. }
+        | PurchaseLimit { .. }
+        | TooManyUnpaid
+        | ReservationExpired { .. }
+        | PaymentInProgress { .. }
+        | NotPayable { .. }
+        | IdempotencyInProgress => StatusCode::CONFLICT,
+        IdempotencyMismatch | Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        TooBusy => StatusCode::TOO_MANY_REQUESTS,
+        LockTimeout { .. } | LockLost { .. } | PaymentBusy { .. } | Unavailable(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::Domain(Error::invalid(message))
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            Domain(error) => status_of(error),
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminDisabled => StatusCode::FORBIDDEN,
+            RouteNotFound => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        }
+    }
+
+    /// The stable, documented code clients match on.
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            Domain(error) => error.code(),
+            Unauthorized => "unauthorized",
+            AdminDisabled => "admin_disabled",
+            RouteNotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            RateLimited => "rate_limited",
+            Overloaded(_) => "too_busy",
+            PayloadTooLarge(_) => "payload_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
+        }
+    }
+
+    /// The JSON body, as sent.
+    pub fn body(&self) -> String {
+        match self {
+            ApiError::Domain(error) => ApiError::body_of(error),
+            other => write_body(other.code(), other.to_string(), None),
+        }
+    }
+
+    /// A domain error's JSON body, as sent. Logs server-side causes once, here.
+    pub fn body_of(error: &Error) -> String {
+        match error {
+            Error::Unavailable(cause) => {
+                tracing::warn!(error = format!("{cause:#}"), "unavailable")
+            }
+            Error::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "internal error")
+            }
+            _ => {}
+        }
+        write_body(error.code(), error.to_string(), error.order_id())
+    }
+}
+
+fn write_body(code: &str, message: String, order_id: Option<Uuid>) -> String {
+    let body = ErrorBody {
+        error: code,
+        message,
+        order_id,
+    };
+    serde_json::to_string(&body).expect("error bodies serialise")
+}
+
+/// A JSON response from its parts; every 503 and 429 gets `Retry-After`.
+pub fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json_response(self.status(), self.body())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_listed_for_the_api_description() {
+        let id = Uuid::nil();
+        let domain = [
+            Error::invalid("x"),
+            Error::DemoDisabled,
+            Error::PaymentFailed { order_id: id },
+            Error::UnknownProduct(1),
+            Error::OrderNotFound(id),
+            Error::NoLock(1, "pg-atomic"),
+            Error::Unprocessable("x".into()),
+            Error::SoldOut { order_id: None },
+            Error::PurchaseLimit { order_id: None },
+            Error::TooManyUnpaid,
+            Error::ReservationExpired { order_id: id },
+            Error::PaymentInProgress { order_id: id },
+            Error::NotPayable { order_id: id },
+            Error::IdempotencyInProgress,
+            Error::IdempotencyMismatch,
+            Error::TooBusy,
+            Error::LockTimeout { order_id: None },
+            Error::LockLost { order_id: None },
+            Error::PaymentBusy { order_id: id },
+            Error::NoSemaphore,
+            Error::Unavailable(anyhow::anyhow!("x")),
+            Error::Internal(anyhow::anyhow!("x")),
+        ];
+        let mut errors: Vec<ApiError> = domain.into_iter().map(ApiError::from).collect();
+        errors.extend([
+            ApiError::Unauthorized,
+            ApiError::AdminDisabled,
+            ApiError::RouteNotFound,
+            ApiError::MethodNotAllowed,
+            ApiError::RateLimited,
+            ApiError::Overloaded("connections"),
+            ApiError::PayloadTooLarge(1),
+            ApiError::UnsupportedMediaType,
+        ]);
+        for error in &errors {
+            assert!(
+                CODES.contains(&error.code()),
+                "{} is not in CODES",
+                error.code()
+            );
+        }
+        let answered: std::collections::HashSet<_> = errors.iter().map(ApiError::code).collect();
+        assert_eq!(
+            answered.len(),
+            CODES.len(),
+            "CODES lists a code no error answers"
+        );
+    }
+
+    #[test]
+    fn every_503_has_retry_after_and_a_code() {
+        let id = Uuid::nil();
+        for err in [
+            Error::LockTimeout { order_id: Some(id) },
+            Error::LockLost { order_id: None },
+            Error::PaymentBusy { order_id: id },
+            Error::Unavailable(anyhow::anyhow!("db down")),
+        ] {
+            let code = err.code();
+            let response = ApiError::from(err).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{code}");
+        }
+    }
+
+    #[test]
+    fn lock_errors_answer_503_and_too_busy_429() {
+        let timeout = ApiError::from(LockError::Timeout(std::time::Duration::from_secs(1)));
+        assert_eq!(
+            (timeout.status().as_u16(), timeout.code()),
+            (503, "lock_timeout")
+        );
+        assert_eq!(ApiError::from(LockError::TooBusy).status().as_u16(), 429);
+    }
+
+    #[test]
+    fn transient_errors_are_the_ones_answered_503_429_or_500() {
+        // The domain decides what an idempotent replay keeps without knowing statuses: both
+        // must agree, or a kept answer could be a passing one.
+        let id = Uuid::nil();
+        for err in [
+            Error::invalid("x"),
+            Error::SoldOut { order_id: None },
+            Error::PaymentFailed { order_id: id },
+            Error::LockLost { order_id: None },
+            Error::TooBusy,
+            Error::Internal(anyhow::anyhow!("x")),
+            Error::PaymentBusy { order_id: id },
+            Error::UnknownProduct(1),
+        ] {
+            let status = status_of(&err).as_u16();
+            assert_eq!(
+                err.is_transient(),
+                matches!(status, 503 | 429 | 500),
+                "{}",
+                err.code()
+            );
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! A product: what the admin puts on sale (checked against the sale's bounds), what the API
+//! shows of it, whether its books balance (the audit), and its SQL.
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use super::guard::Guard;
+use crate::error::Error;
+
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Product {
+    pub id: i64,
+    pub name: String,
+    pub price_cents: i64,
+    pub stock: i32,
+    /// Σ quantity of `reserved` + `paid` orders: the audit's figure, not `stocked_total - stock`
+    /// (they differ exactly when something oversold).
+    pub sold: i64,
+    pub stocked_total: i32,
+    pub max_per_order: i32,
+    /// Most units one user may hold (reserved + paid).
+    pub per_user_limit: i32,
+    /// How long a reservation waits for payment.
+    pub reservation_ttl_s: i32,
+    #[sqlx(try_from = "String")]
+    pub guard: Guard,
+    /// Most orders one lock cycle serves (1: each order takes the lock for itself).
+    pub batch_max: i32,
+    /// 1 at creation, one more with each change of the terms (`PUT .../terms`).
+    pub terms_version: i32,
+    /// Whether the answering instance has the product flagged sold out (see `soldout`).
+    #[sqlx(skip)]
+    pub sold_out: bool,
+}
+
+/// The admin's request to put a product on sale.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProduct {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
+    pub name: String,
+    #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
+    #[serde(deserialize_with = "crate::integer::whole")]
+    pub price_cents: i64,
+    #[schema(minimum = 0, maximum = 100_000_000)]
+    #[serde(deserialize_with = "crate::integer::whole")]
+    pub stock: i64,
+    /// `none` only on a server started with `--allow-unsafe-guards`.
+    #[serde(default = "default_guard")]
+    pub guard: Guard,
+    /// Default 10.
+    #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub max_per_order: Option<i64>,
+    /// Default 1.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub per_user_limit: Option<i64>,
+    /// Default 600.
+    #[schema(minimum = 1, maximum = 604_800)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub reservation_ttl_s: Option<i64>,
+    /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
+    #[schema(minimum = 1, maximum = 4096)]
+    #[serde(default, deserialize_with = "crate::integer::optional")]
+    pub batch_max: Option<i64>,
+}
+
+fn default_guard() -> Guard {
+    Guard::Zk
+}
+
+pub const MAX_STOCK: i64 = 100_000_000;
+pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
+pub const MAX_PER_ORDER: i64 = 1_000;
+pub const MAX_PER_USER: i64 = 1_000_000;
+pub const MAX_RESERVATION_TTL_S: i64 = 7 * 24 * 3600;
+pub const MAX_BATCH: i64 = 4096;
+
+impl NewProduct {
+    /// Checks the product against the sale's rules; the message names the broken one. A
+    /// field out of its range is a malformed request (400); the unsafe guard is the server's
+    /// to allow (403), and serving it in batches contradicts what it is for (422).
+    pub fn validate(&self, allow_unsafe_guards: bool) -> Result<(), Error> {
+        if self.guard == Guard::None && !allow_unsafe_guards {
+            return Err(Error::DemoDisabled);
+        }
+        self.check_fields().map_err(Error::InvalidRequest)?;
+        if self.guard == Guard::None && self.batch_max.is_some_and(|batch| batch > 1) {
+            return Err(Error::Unprocessable(
+                "guard \"none\" serves one order at a time: batch_max must be 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_fields(&self) -> Result<(), String> {
+        let name_len = self.name.trim().chars().count();
+        if name_len == 0 || self.name.chars().count() > 200 {
+            return Err("name must be 1 to 200 characters".into());
+        }
+        if self.name.chars().any(char::is_control) {
+            return Err("name must not contain control characters".into());
+        }
+        within("price_cents", Some(self.price_cents), 0, MAX_PRICE_CENTS)?;
+        within("stock", Some(self.stock), 0, MAX_STOCK)?;
+        within("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
+        within("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
+        within(
+            "reservation_ttl_s",
+            self.reservation_ttl_s,
+            1,
+            MAX_RESERVATION_TTL_S,
+        )?;
+        within("batch_max", self.batch_max, 1, MAX_BATCH)?;
+        Ok(())
+    }
+}
+
+/// A field's value, if given, within `min..=max`; else a message naming the field. (A new
+/// product's fields and a change of its terms share these bounds.)
+pub(super) fn within(field: &str, value: Option<i64>, min: i64, max: i64) -> Result<(), String> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(format!("{field} must be between {min} and {max}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether a product's books balance: every unit stocked is either still in stock or in an
+/// order that holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Audit {
+    pub stocked_total: i64,
+    pub stock: i64,
+    pub sold: i64,
+    pub oversold: i64,
+    pub consistent: bool,
+}
+
+impl Audit {
+    pub fn new(stocked_total: i64, stock: i64, sold: i64) -> Audit {
+        Audit {
+            stocked_total,
+            stock,
+            sold,
+            oversold: (sold - stocked_total).max(0),
+            consistent: stock + sold == stocked_total,
+        }
+    }
+}
+
+impl From<&Product> for Audit {
+    fn from(p: &Product) -> Audit {
+        Audit::new(p.stocked_total.into(), p.stock.into(), p.sold)
+    }
+}
+
+// `sold` counts the statuses whose units are out of stock and spoken for: reserved, paying
+// (a payment claimed it) and paid.
+const PRODUCT_COLUMNS: &str = "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order,
+    p.per_user_limit, p.reservation_ttl_s, p.guard, p.batch_max, p.terms_version,
+    COALESCE((SELECT SUM(o.quantity) FROM orders o
+              WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS sold";
+
+/// Puts a product on sale; `default_batch` is the server's `--batch-max`.
+pub async fn create(
+    db: &PgPool,
+    new: &NewProduct,
+    default_batch: i32,
+) -> Result<Product, sqlx::Error> {
+    let batch = match new.guard {
+        Guard::None => 1,
+        _ => new.batch_max.map_or(default_batch, |b| b as i32),
+    };
+    let sql = format!(
+        "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
+                                      per_user_limit, reservation_ttl_s, batch_max)
+                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8)
+                    RETURNING *)
+         SELECT {PRODUCT_COLUMNS} FROM p"
+    );
+    sqlx::query_as(&sql)
+        .bind(new.name.trim())
+        .bind(new.price_cents)
+        .bind(new.stock as i32)
+        .bind(new.max_per_order.map(|m| m as i32))
+        .bind(new.guard.as_str())
+        .bind(new.per_user_limit.map(|m| m as i32))
+        .bind(new.reservation_ttl_s.map(|t| t as i32))
+        .bind(batch)
+        .fetch_one(db)
+        .await
+}
+
+/// Creates the demo products unless some product exists. Several instances may start at
+/// once, so the check and the inserts run under a transaction-scoped advisory lock.
+pub async fn seed_demo(
+    db: &PgPool,
+    allow_unsafe_guards: bool,
+    default_batch: i32,
+) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('seckill.seed_demo'))")
+        .execute(&mut *tx)
+        .await?;
+    let empty: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM products)")
+        .fetch_one(&mut *tx)
+        .await?;
+    if empty {
+        let demo = if allow_unsafe_guards {
+            // The teaching set: one lock per order (the queue shows every buyer), the same
+            // sale unguarded and under the naive herd lock, and one lock cycle per batch.
+            vec![
+                ("Mechanical keyboard (zk, a lock per order)", Guard::Zk, 1),
+                ("Mechanical keyboard (no lock: oversells)", Guard::None, 1),
+                (
+                    "Mechanical keyboard (zk-herd: naive lock)",
+                    Guard::ZkHerd,
+                    1,
+                ),
+                (
+                    "Mechanical keyboard (zk, batched lock)",
+                    Guard::Zk,
+                    default_batch,
+                ),
+            ]
+        } else {
+            vec![
+                ("Mechanical keyboard (zk guard)", Guard::Zk, default_batch),
+                (
+                    "Mechanical keyboard (pg-atomic guard)",
+                    Guard::PgAtomic,
+                    default_batch,
+                ),
+            ]
+        };
+        for (name, guard, batch) in demo {
+            sqlx::query(
+                "INSERT INTO products (name, price_cents, stock, stocked_total, guard, batch_max)
+                 VALUES ($1, 4999, 100, 100, $2, $3)",
+            )
+            .bind(name)
+            .bind(guard.as_str())
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    tx.commit().await
+}
+
+/// The product's stock now.
+pub async fn stock(db: &PgPool, id: i64) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products p WHERE p.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products p ORDER BY p.id"
+    ))
+    .fetch_all(db)
+    .await
+}
+
+/// The zxid of the newest fencing token that claimed the product's row.
+pub async fn fence(db: &PgPool, product_id: i64) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
+        .bind(product_id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Restocking must not pass this lifetime total, so neither stock column can overflow.
+pub const MAX_STOCKED_TOTAL: i64 = MAX_STOCK * 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn product(guard: Guard) -> NewProduct {
+        NewProduct {
+            name: "Keyboard".into(),
+            price_cents: 999,
+            stock: 10,
+            guard,
+            max_per_order: None,
+            per_user_limit: None,
+            reservation_ttl_s: None,
+            batch_max: None,
+        }
+    }
+
+    #[test]
+    fn audit_flags_oversell_and_imbalance() {
+        let ok = Audit::new(50, 0, 50);
+        assert_eq!((ok.oversold, ok.consistent), (0, true));
+        // Lost update: both buyers wrote stock 0 after reading 1.
+        let oversold = Audit::new(1, 0, 2);
+        assert_eq!((oversold.oversold, oversold.consistent), (1, false));
+        let leaked = Audit::new(10, 5, 4);
+        assert_eq!((leaked.oversold, leaked.consistent), (0, false));
+    }
+
+    #[test]
+    fn unsafe_guard_needs_the_servers_consent_and_serves_one_order_at_a_time() {
+        let mut batched_none = product(Guard::None);
+        batched_none.batch_max = Some(8);
+        let code = |p: &NewProduct, allow: bool| p.validate(allow).map_err(|e| e.code());
+        assert_eq!(code(&batched_none, true), Err("unprocessable"));
+        assert_eq!(code(&batched_none, false), Err("demo_disabled"));
+        batched_none.batch_max = Some(1);
+        assert!(batched_none.validate(true).is_ok());
+        assert_eq!(code(&product(Guard::None), false), Err("demo_disabled"));
+        assert!(product(Guard::None).validate(true).is_ok());
+        assert!(product(Guard::Zk).validate(false).is_ok());
+    }
+
+    #[test]
+    fn product_fields_are_bounded() {
+        type Breaker = fn(&mut NewProduct);
+        let cases: [(Breaker, &str); 11] = [
+            (|p| p.batch_max = Some(0), "batch_max"),
+            (|p| p.batch_max = Some(MAX_BATCH + 1), "batch_max"),
+            (|p| p.name = "a\0b".into(), "name"),
+            (|p| p.name = "  ".into(), "name"),
+            (|p| p.name = "x".repeat(201), "name"),
+            (|p| p.price_cents = -1, "price_cents"),
+            (|p| p.stock = -1, "stock"),
+            (|p| p.stock = MAX_STOCK + 1, "stock"),
+            (|p| p.max_per_order = Some(0), "max_per_order"),
+            (|p| p.per_user_limit = Some(0), "per_user_limit"),
+            (|p| p.reservation_ttl_s = Some(0), "reservation_ttl_s"),
+        ];
+        for (break_it, field) in cases {
+            let mut p = product(Guard::Zk);
+            break_it(&mut p);
+            let err = p.validate(true).unwrap_err();
+            assert_eq!(err.code(), "invalid_request");
+            assert!(err.to_string().contains(field), "{err} should name {field}");
+        }
+    }
+}

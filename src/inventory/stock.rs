@@ -1,0 +1,297 @@
+//! The read-check-write of a product's stock under its guard, and the stock changes made
+//! with it outside a sale (restock; returns go through it from `orders`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::fence::{claim, Claim, STILL_OURS};
+use super::guard::{enter, Protection};
+use super::product::{Product, MAX_STOCK, MAX_STOCKED_TOTAL};
+use super::terms::Current;
+use crate::error::Error;
+use crate::flags::Flags;
+use crate::lock::{LockError, Session, Zk};
+
+/// Puts `quantity` more units on sale, through the product's guard like every stock change,
+/// raising the audit's reference figure in the same transaction; then clears the sold-out
+/// flag on every instance. `lock_timeout` bounds the wait for the product's lock; `think`
+/// is the pause between the read and the write, as for every stock change.
+pub async fn restock(
+    db: &PgPool,
+    zk: &Zk,
+    sold_out: &Flags,
+    product: &Product,
+    quantity: i64,
+    lock_timeout: Duration,
+    think_for: Duration,
+) -> Result<(), Error> {
+    if !(1..=MAX_STOCK).contains(&quantity) {
+        return Err(Error::invalid(format!(
+            "quantity must be between 1 and {MAX_STOCK}"
+        )));
+    }
+    if i64::from(product.stocked_total) + quantity > MAX_STOCKED_TOTAL {
+        return Err(Error::Unprocessable(
+            "restocking that much would pass the product's lifetime stock limit".into(),
+        ));
+    }
+    let quantity = quantity as i32;
+    let (lock, protection) =
+        enter(zk, product.id, product.guard, Session::Shared, lock_timeout).await?;
+    let outcome = change_stock(
+        db,
+        product.id,
+        Change::Return(quantity),
+        protection,
+        think(think_for),
+    )
+    .await?;
+    let mut tx = match outcome {
+        Outcome::Applied(tx) => tx,
+        Outcome::Insufficient { .. } => {
+            return Err(Error::Unprocessable(
+                "restocking that much would overflow the stock".into(),
+            ))
+        }
+        Outcome::Fenced => return Err(LockError::Lost.into()),
+    };
+    sqlx::query("UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1")
+        .bind(product.id)
+        .bind(quantity)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    drop(lock);
+    sold_out.lower(&product.id.to_string()).await;
+    tracing::info!(product = product.id, quantity, "restocked");
+    Ok(())
+}
+
+/// A change to a product's stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A buyer takes this many units.
+    Take(i32),
+    /// Units go back on sale (a declined payment).
+    Return(i32),
+}
+
+/// The "check" of read-check-write: the stock after the change, or `None` if there is not
+/// enough. This is the line the source material protects with a lock.
+pub fn next_stock(stock: i32, change: Change) -> Option<i32> {
+    match change {
+        Change::Take(q) if q <= stock => Some(stock - q),
+        Change::Take(_) => None,
+        Change::Return(q) => stock.checked_add(q),
+    }
+}
+
+/// How a stock change ended. `Applied` and `Insufficient` hand back the open transaction so
+/// the caller records the order's new status atomically with the stock, then commits.
+pub enum Outcome {
+    Applied(Transaction<'static, Postgres>),
+    /// Not enough stock; `stock` is what is left (0 means sold out).
+    Insufficient {
+        tx: Transaction<'static, Postgres>,
+        stock: i32,
+    },
+    /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
+    Fenced,
+}
+
+// Every stock write also tells every instance (LISTEN, see `events`) that the product
+// changed, in the same statement: delivered on commit, never for a rolled-back write.
+const NOTIFY: &str =
+    "RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)";
+
+/// The stock, read under its guard in an open transaction, with the units the order's
+/// buyers already hold (the per-customer limit is decided with the stock), ready to be
+/// written once.
+pub struct StockRead {
+    pub tx: Transaction<'static, Postgres>,
+    pub stock: i32,
+    /// Every unit ever put on sale.
+    pub stocked_total: i32,
+    /// Units in reservations waiting for their payment (`reserved`).
+    pub unpaid: i32,
+    /// Units held per buyer asked about (buyers holding none are absent).
+    pub held: HashMap<String, i32>,
+    /// The product's terms as the row says now: what this read-check-write decides with.
+    pub terms: Current,
+    product_id: i64,
+    /// The write is fenced by this claim, if we hold a lock.
+    claim: Option<Claim>,
+}
+
+/// The stock, its lifetime total, the unpaid reserved units, the buyers' holdings as two
+/// parallel arrays (NULL when none hold any), and the terms.
+type StockRow = (
+    i32,
+    i32,
+    i32,
+    Option<Vec<String>>,
+    Option<Vec<i32>>,
+    i64,
+    i32,
+    i32,
+    i32,
+    i32,
+);
+
+pub enum Read {
+    Ready(StockRead),
+    /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
+    Fenced,
+}
+
+/// Opens the read-check-write of a product's stock under the given protection:
+///
+/// - `Fenced(token)`: claims the row for our token in its own commit, before the read: a
+///   newer holder's claim must be visible to an older holder's write, which then matches no
+///   row. Reads only if the row is still ours.
+/// - `Atomic`: reads with a row lock (`FOR UPDATE`), held to the commit.
+/// - `Unguarded`: a plain read. Nothing stops a concurrent writer: the race of the demo.
+pub async fn read_stock(
+    db: &PgPool,
+    product_id: i64,
+    protection: Protection,
+    buyers: &[String],
+) -> Result<Read, sqlx::Error> {
+    let claim = match protection {
+        Protection::Fenced(token) => match claim(db, product_id, token).await? {
+            Some(claim) => Some(claim),
+            None => return Ok(Read::Fenced),
+        },
+        Protection::Atomic | Protection::Unguarded => None,
+    };
+    let mut tx = db.begin().await?;
+    if matches!(protection, Protection::Atomic) {
+        // Lock the row first, in a statement of its own: the read below then takes its
+        // snapshot after the previous holder's commit, buyers' holdings included. (Locking
+        // in the reading statement would re-read the row but not the holdings.)
+        sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
+            .bind(product_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    // Fenced when we hold a token (the row is still claimed for it), not at all otherwise.
+    let row: Option<StockRow> = sqlx::query_as(&format!(
+        "SELECT p.stock, p.stocked_total,
+                (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
+                 WHERE o.product_id = p.id AND o.status = 'reserved'),
+                (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
+                (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
+                p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
+                p.terms_version
+         FROM products p WHERE p.id = $1 AND {STILL_OURS}"
+    ))
+    .bind(product_id)
+    .bind(claim.map(|c| c.epoch))
+    .bind(claim.map(|c| c.zxid))
+    .bind(buyers)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((stock, stocked_total, unpaid, users, units, price, max, limit, ttl, version)) = row
+    else {
+        return Ok(Read::Fenced);
+    };
+    let terms = Current {
+        price_cents: price,
+        max_per_order: max,
+        per_user_limit: limit,
+        reservation_ttl_s: ttl,
+        terms_version: version,
+    };
+    let held = users
+        .unwrap_or_default()
+        .into_iter()
+        .zip(units.unwrap_or_default())
+        .collect();
+    Ok(Read::Ready(StockRead {
+        tx,
+        stock,
+        stocked_total,
+        unpaid,
+        held,
+        terms,
+        product_id,
+        claim,
+    }))
+}
+
+impl StockRead {
+    /// Writes the stock read-check-write decided on. `None` if a newer holder claimed the row
+    /// since our claim, or the terms changed since our read: nothing is written (the
+    /// transaction rolls back when dropped).
+    pub async fn write(
+        mut self,
+        next: i32,
+    ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+        // The terms read with the stock must still be the row's: a holder that lost its
+        // locks mid-cycle (session expired) would otherwise decide under terms a change has
+        // replaced since, which the terms lock alone cannot stop once it is gone.
+        let written = sqlx::query(&format!(
+            "UPDATE products p SET stock = $4, updated_at = now()
+             WHERE id = $1 AND {STILL_OURS} AND p.terms_version = $5 {NOTIFY}"
+        ))
+        .bind(self.product_id)
+        .bind(self.claim.map(|c| c.epoch))
+        .bind(self.claim.map(|c| c.zxid))
+        .bind(next)
+        .bind(self.terms.terms_version)
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        Ok(written.map(|_| self.tx))
+    }
+}
+
+/// Changes a product's stock under the given protection. `pause` runs between the read and
+/// the write: the source material's `sleep`, which widens the race window on purpose (and
+/// where the teaching page's zombie holder stalls).
+pub async fn change_stock(
+    db: &PgPool,
+    product_id: i64,
+    change: Change,
+    protection: Protection,
+    pause: impl Future<Output = ()> + Send,
+) -> Result<Outcome, sqlx::Error> {
+    let read = match read_stock(db, product_id, protection, &[]).await? {
+        Read::Ready(read) => read,
+        Read::Fenced => return Ok(Outcome::Fenced),
+    };
+    pause.await;
+    let Some(next) = next_stock(read.stock, change) else {
+        let stock = read.stock;
+        return Ok(Outcome::Insufficient { tx: read.tx, stock });
+    };
+    Ok(match read.write(next).await? {
+        Some(tx) => Outcome::Applied(tx),
+        None => Outcome::Fenced,
+    })
+}
+
+/// The ordinary pause: sleep `think` (nothing when it is zero).
+pub async fn think(think: Duration) {
+    if !think.is_zero() {
+        tokio::time::sleep(think).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_refuses_to_take_more_than_is_left() {
+        assert_eq!(next_stock(1, Change::Take(1)), Some(0));
+        assert_eq!(next_stock(0, Change::Take(1)), None);
+        assert_eq!(next_stock(2, Change::Take(3)), None);
+        assert_eq!(next_stock(0, Change::Return(2)), Some(2));
+        assert_eq!(next_stock(i32::MAX, Change::Return(1)), None);
+    }
+}

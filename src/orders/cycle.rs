@@ -1,0 +1,244 @@
+//! One lock cycle: with the product's guard entered, serve a batch of orders (see `batch`),
+//! release after the commit, and answer every order — sold out, over the limit or reserved
+//! at once, paid ones once their payment settles (outside the lock, so the next cycle need
+//! not wait for it).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use tracing::Instrument;
+
+use super::batch;
+use super::combiner::Queue;
+use super::model::{OrderStatus, Ticket, Waiting};
+use super::pay;
+use super::shop::Shop;
+use super::store;
+use crate::error::Error;
+use crate::inventory::{self, Protection, Terms};
+use crate::lock::{LockError, Session, StockLock};
+use crate::teaching::{Act, Pause};
+use crate::telemetry::metrics;
+
+/// Numbers lock cycles (per process) so log lines of one cycle can be found together.
+static CYCLES: AtomicU64 = AtomicU64::new(0);
+
+/// One lock cycle, for the logs: its number, and its span (acquiring the guard, the stock's
+/// transaction, the release; `fence` is recorded once the lock is held).
+pub(crate) struct CycleSpan {
+    pub number: u64,
+    pub span: tracing::Span,
+}
+
+impl CycleSpan {
+    /// Inside the current span (a lone order's), or with `root`, a span of its own (a
+    /// combined cycle serves many requests).
+    pub(crate) fn new(terms: &Terms, root: bool) -> CycleSpan {
+        let number = CYCLES.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = if root {
+            tracing::info_span!(parent: None, "lock_cycle", cycle = number, product = terms.id, guard = terms.guard.as_str(), fence = tracing::field::Empty)
+        } else {
+            tracing::info_span!(
+                "lock_cycle",
+                cycle = number,
+                product = terms.id,
+                guard = terms.guard.as_str(),
+                fence = tracing::field::Empty
+            )
+        };
+        CycleSpan { number, span }
+    }
+}
+
+/// The worker of a combined product's queue on this instance: lock cycles until nobody
+/// waits.
+pub(super) async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
+    let batch_max = usize::try_from(terms.batch_max).unwrap_or(1).max(1);
+    loop {
+        if queue.stop_if_empty() {
+            return;
+        }
+        let act = shop.act(&terms).await;
+        let session = act.as_ref().map_or(Session::Shared, Act::session);
+        let mut waiting = queue.waiting();
+        // A cycle serves many requests: its span stands alone, and each order it serves
+        // names it (see `run`).
+        let span = CycleSpan::new(&terms, true);
+        let timeout = shop.lock_timeout(terms.id);
+        // Each order keeps its own deadline (see `Shop::place`); the worker keeps its place
+        // in the lock queue while anyone is left to serve.
+        let entered = tokio::select! {
+            entered = inventory::enter_for_sale(&shop.zk, terms.id, terms.guard, session, timeout).instrument(span.span.clone()) => entered,
+            _ = waiting.wait_for(|n| *n == 0) => continue,
+        };
+        let entered = match entered {
+            Ok(entered) => entered,
+            // Still someone waiting (each leaves at its own deadline): queue again.
+            Err(LockError::Timeout(_)) => continue,
+            Err(e) => {
+                fail_waiting(&shop, &terms, &queue, Error::from(e)).await;
+                continue;
+            }
+        };
+        let batch = queue.take(batch_max);
+        if !batch.is_empty() {
+            run(&shop, &terms, entered, act, batch, span.number)
+                .instrument(span.span)
+                .await;
+        }
+        queue.served();
+    }
+}
+
+/// The guard could not be entered (ZooKeeper unavailable, the session lost): every waiting
+/// order gets the error it would have got alone.
+async fn fail_waiting(shop: &Shop, terms: &Terms, queue: &Queue, error: Error) {
+    let failed = queue.drain();
+    let tickets: Vec<&Ticket> = failed.iter().map(|w| &w.ticket).collect();
+    store::ended(
+        &shop.db,
+        terms,
+        &tickets,
+        OrderStatus::Failed,
+        Some(error.code()),
+    )
+    .await;
+    for waiting in failed {
+        let _ = waiting.reply.send(Err(error.again_for(waiting.ticket.id)));
+    }
+}
+
+/// One lock cycle: with the guard entered, serves `batch`, releases (after the commit), and
+/// answers every order. `act` is what the cycle acts out for the teaching page, if anything.
+pub(super) async fn run(
+    shop: &Shop,
+    terms: &Arc<Terms>,
+    entered: (Option<StockLock>, Protection),
+    act: Option<Act>,
+    batch: Vec<Waiting>,
+    number: u64,
+) {
+    let (mut lock, protection) = entered;
+    let acquired = Instant::now();
+    let cycle = tracing::Span::current();
+    let fence = lock.as_ref().map(|l| l.token.zxid);
+    if let Some(fence) = fence {
+        cycle.record("fence", fence);
+    }
+    for waiting in &batch {
+        cycle.follows_from(&waiting.span);
+        // In the order's span, so the line carries its request's id and names the cycle.
+        waiting.span.in_scope(|| {
+            tracing::debug!(
+                cycle = number,
+                fence,
+                batch = batch.len(),
+                "served by a lock cycle"
+            )
+        });
+    }
+    let (tickets, replies): (Vec<Ticket>, Vec<_>) =
+        batch.into_iter().map(|w| (w.ticket, w.reply)).unzip();
+    let all: Vec<&Ticket> = tickets.iter().collect();
+    metrics::lock_cycle(terms.guard.as_str(), tickets.len());
+    if lock.is_some() {
+        shop.zk.count_served(terms.id, tickets.len());
+    }
+    let first = tickets[0].id;
+    if let Some(act) = &act {
+        if act.crash(&mut lock, first).await {
+            store::ended(&shop.db, terms, &all, OrderStatus::Failed, Some("crashed")).await;
+            for (ticket, reply) in tickets.iter().zip(replies) {
+                let _ = reply.send(Err(Error::LockLost {
+                    order_id: Some(ticket.id),
+                }));
+            }
+            return;
+        }
+    }
+    let pause: Pause = match &act {
+        Some(act) => act.pause(&mut lock, shop.rules.stock_think),
+        None => Box::pin(inventory::think(shop.rules.stock_think)),
+    };
+    let served = batch::serve(shop, terms, protection, acquired, &tickets, pause).await;
+    let lost = matches!(served, Err(Error::LockLost { .. }));
+    // Released here, after the commit (the step-through may keep it until "next").
+    let kept = match &act {
+        Some(act) => act.after(lock, fence, first, served.is_ok(), lost).await,
+        None => {
+            drop(lock);
+            None
+        }
+    };
+    if lost && !act.as_ref().is_some_and(Act::acting) {
+        shop.zk.reidentify().await;
+    }
+    let served = match served {
+        Ok(served) => {
+            tracing::debug!(
+                orders = tickets.len(),
+                stock = served.stock,
+                took_ms = acquired.elapsed().as_millis() as u64,
+                "stock written and committed"
+            );
+            served
+        }
+        Err(e) => {
+            tracing::debug!(
+                orders = tickets.len(),
+                error = e.code(),
+                "lock cycle sold nothing"
+            );
+            store::ended(&shop.db, terms, &all, OrderStatus::Failed, Some(e.code())).await;
+            for (ticket, reply) in tickets.iter().zip(replies) {
+                let _ = reply.send(Err(e.again_for(ticket.id)));
+            }
+            return;
+        }
+    };
+    if served.stock == 0 {
+        flag_sold_out(shop, terms.id).await;
+    }
+    let mut paying = Vec::new();
+    let deadline = |ticket: &Ticket| ticket.placed + shop.rules.request_timeout;
+    for ((outcome, reply), ticket) in served.orders.into_iter().zip(replies).zip(&tickets) {
+        let answer = match outcome {
+            Ok(order) if order.status == OrderStatus::Paying => {
+                paying.push((order, reply, deadline(ticket)));
+                continue;
+            }
+            Ok(order) if order.status == OrderStatus::SoldOut => Err(Error::SoldOut {
+                order_id: Some(order.id),
+            }),
+            other => other,
+        };
+        let _ = reply.send(answer);
+    }
+    if !paying.is_empty() {
+        shop.tasks
+            .spawn(pay::settle_and_answer(shop.clone(), paying));
+    }
+    if let (Some(act), Some(lock)) = (act, kept) {
+        act.keep(lock, &shop.tasks);
+    }
+}
+
+/// An order task whose lock cycle ended without answering it (a panic): a bug.
+pub(super) fn lost_answer() -> Error {
+    Error::Internal(anyhow!("the order's lock cycle ended without an answer"))
+}
+
+/// Raises the sold-out flag, then re-reads the stock: a return that committed and cleared
+/// the flag just before we raised it must not leave the product flagged with stock on sale.
+async fn flag_sold_out(shop: &Shop, product_id: i64) {
+    shop.sold_out.raise(&product_id.to_string()).await;
+    shop.events.touch(product_id);
+    match inventory::stock(&shop.db, product_id).await {
+        Ok(Some(stock)) if stock > 0 => shop.sold_out.lower(&product_id.to_string()).await,
+        Ok(_) => {}
+        // Unsure: the flag is only an optimisation, the guarded path stays correct.
+        Err(_) => shop.sold_out.lower(&product_id.to_string()).await,
+    }
+}

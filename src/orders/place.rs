@@ -1,0 +1,251 @@
+//! An order's way from the edge to its lock cycle: admitted once ([`Shop::admit`]: every
+//! check that writes nothing), then placed ([`Shop::place`]): it waits in its product's
+//! queue on this instance for a lock cycle to serve it (a combined product, see `combiner`
+//! and `cycle::work`), or takes the guard in a lock cycle of its own (a per-request product).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::anyhow;
+use tokio::sync::oneshot;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::cycle::{self, CycleSpan};
+use super::model::{Answer, OrderStatus, Ticket, Waiting};
+use super::request::OrderRequest;
+use super::shop::Shop;
+use super::store;
+use crate::error::Error;
+use crate::inventory::{self, Terms};
+use crate::lock::Session;
+use crate::teaching::Act;
+
+/// An order that passed every check made before anything is written.
+pub struct Admitted {
+    terms: Arc<Terms>,
+    user_id: String,
+    quantity: i32,
+    amount_cents: i64,
+    pay: bool,
+}
+
+/// Why an order stopped waiting before a lock cycle took it.
+enum Left {
+    ClientGone,
+    Timeout,
+    SoldOut,
+}
+
+impl Shop {
+    /// The checks made before anything is written: the product, the sold-out flag, the
+    /// quantity against its terms, room in this instance's queue for the product and, with
+    /// `check_limit`, the buyer's per-customer limit (one read). A rejection here costs
+    /// PostgreSQL no write: the flood after a sale, and a script replaying a buyer who is at
+    /// the limit, end here.
+    pub async fn admit(
+        &self,
+        request: &OrderRequest,
+        check_limit: bool,
+    ) -> Result<Admitted, Error> {
+        let product_id = request.product_id();
+        // The flood after a sale ends here: no lock, no write, no order row.
+        if self.sold_out.is_raised(&product_id.to_string()) {
+            return Err(Error::SoldOut { order_id: None });
+        }
+        let mut terms = self
+            .catalog
+            .terms(&self.db, product_id)
+            .await?
+            .ok_or(Error::UnknownProduct(product_id))?;
+        // A refusal on this instance's copy of the terms is checked against the row first:
+        // the terms may have changed through another instance (a lock cycle would catch up,
+        // but a refused order never reaches one).
+        if request.quantity_for(&terms).is_err() {
+            terms = self.fresh_terms(product_id).await?;
+        }
+        let quantity = request.quantity_for(&terms).map_err(Error::Unprocessable)?;
+        let amount_cents = terms
+            .price_cents
+            .checked_mul(quantity.into())
+            .ok_or_else(|| Error::invalid("the order's amount is too large"))?;
+        if !self.has_room(&terms) {
+            return Err(Error::TooBusy);
+        }
+        if check_limit {
+            let held = store::units_held(&self.db, terms.id, request.user_id()).await?;
+            if held + quantity > terms.per_user_limit {
+                terms = self.fresh_terms(terms.id).await?;
+                if held + quantity > terms.per_user_limit {
+                    return Err(Error::PurchaseLimit { order_id: None });
+                }
+            }
+        }
+        Ok(Admitted {
+            terms,
+            user_id: request.user_id().to_string(),
+            quantity,
+            amount_cents,
+            pay: request.pay(),
+        })
+    }
+
+    /// The product's terms from its row (see [`inventory::Catalog::reload`]).
+    async fn fresh_terms(&self, id: i64) -> Result<Arc<Terms>, Error> {
+        let terms = self.catalog.reload(&self.db, id).await?;
+        terms.ok_or(Error::UnknownProduct(id))
+    }
+
+    /// Whether this instance has room for one more order of the product (the queue checks
+    /// again when the order joins it: this is the early answer that writes nothing).
+    fn has_room(&self, terms: &Terms) -> bool {
+        let max = self.rules.max_waiters_per_product;
+        if terms.batched() {
+            self.combiner.queued(terms.id) < max
+        } else if terms.guard.recipe().is_some() {
+            self.zk.waiting_here(terms.id) < max
+        } else {
+            true
+        }
+    }
+
+    /// Runs an admitted order to its answer. `key`, its Idempotency-Key, learns the order in
+    /// the transaction that writes it. `client_gone` resolves if the HTTP client disconnects:
+    /// it is honoured only while the order waits for its lock cycle; once served, the order
+    /// runs to a final status whether anyone listens or not.
+    pub async fn place(
+        &self,
+        admitted: Admitted,
+        key: Option<&str>,
+        client_gone: oneshot::Receiver<()>,
+    ) -> Answer {
+        let Admitted {
+            terms,
+            user_id,
+            quantity,
+            amount_cents,
+            pay,
+        } = admitted;
+        let ticket = Ticket {
+            id: Uuid::new_v4(),
+            user_id,
+            quantity,
+            amount_cents,
+            pay,
+            key: key.map(str::to_string),
+            placed: Instant::now(),
+        };
+        let span = tracing::info_span!("order", order_id = %ticket.id, product = terms.id);
+        let flow = async {
+            if terms.batched() {
+                self.queue(terms, ticket, client_gone).await
+            } else {
+                self.alone(terms, ticket, client_gone).await
+            }
+        };
+        flow.instrument(span).await
+    }
+
+    /// A combined product: wait in the product's queue on this instance for a lock cycle to
+    /// serve us — or leave it, as a buyer alone in the lock queue would: on hanging up, at
+    /// the lock timeout, or when the product sells out.
+    async fn queue(
+        &self,
+        terms: Arc<Terms>,
+        ticket: Ticket,
+        mut client_gone: oneshot::Receiver<()>,
+    ) -> Answer {
+        let id = ticket.id;
+        let (reply, mut answer) = oneshot::channel();
+        let max = self.rules.max_waiters_per_product;
+        let joined = self
+            .combiner
+            .submit(terms.id, Waiting::new(ticket, reply), max)?;
+        if let Some(queue) = joined {
+            self.tasks
+                .spawn(cycle::work(self.clone(), terms.clone(), queue));
+        }
+        let sold_out_flag = terms.id.to_string();
+        let left = tokio::select! {
+            answer = &mut answer => return answer.unwrap_or_else(|_| Err(cycle::lost_answer())),
+            _ = &mut client_gone => Left::ClientGone,
+            _ = tokio::time::sleep(self.lock_timeout(terms.id)) => Left::Timeout,
+            _ = self.sold_out.raised(&sold_out_flag) => Left::SoldOut,
+        };
+        // A lock cycle may have taken us just now: then its answer is on its way.
+        let Some(ticket) = self.combiner.withdraw(terms.id, id) else {
+            return answer.await.unwrap_or_else(|_| Err(cycle::lost_answer()));
+        };
+        let error = match left {
+            Left::ClientGone => Error::Unavailable(anyhow!("client disconnected while queued")),
+            Left::Timeout if !self.zk.connected() => {
+                Error::Unavailable(anyhow!("ZooKeeper disconnected while queued"))
+            }
+            Left::Timeout => Error::LockTimeout { order_id: None },
+            Left::SoldOut => Error::SoldOut { order_id: None },
+        };
+        let (status, failure) = match left {
+            Left::ClientGone => (OrderStatus::Failed, Some("client_gone")),
+            Left::SoldOut => (OrderStatus::SoldOut, None),
+            Left::Timeout => (OrderStatus::Failed, Some(error.code())),
+        };
+        store::ended(&self.db, &terms, &[&ticket], status, failure).await;
+        Err(error.for_order(id))
+    }
+
+    /// A per-request product: the order takes the guard for itself, in a lock cycle of its
+    /// own.
+    async fn alone(
+        &self,
+        terms: Arc<Terms>,
+        ticket: Ticket,
+        mut client_gone: oneshot::Receiver<()>,
+    ) -> Answer {
+        let db = &self.db;
+        let act = self.act(&terms).await;
+        let session = act.as_ref().map_or(Session::Shared, Act::session);
+        let sold_out_flag = terms.id.to_string();
+        let span = CycleSpan::new(&terms, false);
+        let timeout = self.lock_timeout(terms.id);
+        let entered = tokio::select! {
+            entered = inventory::enter_for_sale(&self.zk, terms.id, terms.guard, session, timeout).instrument(span.span.clone()) => entered,
+            _ = &mut client_gone => {
+                store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
+                let error = Error::Unavailable(anyhow!("client disconnected while queued"));
+                return Err(error.for_order(ticket.id));
+            }
+            // Sold out while we queued: leave the queue now instead of reading a 0 under the lock.
+            _ = self.sold_out.raised(&sold_out_flag) => {
+                store::ended(db, &terms, &[&ticket], OrderStatus::SoldOut, None).await;
+                return Err(Error::SoldOut { order_id: Some(ticket.id) });
+            }
+        };
+        let entered = match entered {
+            Ok(entered) => entered,
+            Err(e) => {
+                let error = Error::from(e);
+                store::ended(
+                    db,
+                    &terms,
+                    &[&ticket],
+                    OrderStatus::Failed,
+                    Some(error.code()),
+                )
+                .await;
+                return Err(error.for_order(ticket.id));
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        cycle::run(
+            self,
+            &terms,
+            entered,
+            act,
+            vec![Waiting::new(ticket, reply)],
+            span.number,
+        )
+        .instrument(span.span)
+        .await;
+        answer.await.unwrap_or_else(|_| Err(cycle::lost_answer()))
+    }
+}

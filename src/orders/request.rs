@@ -1,0 +1,163 @@
+//! A buyer's order as it arrives ([`NewOrder`], the JSON body) and as the domain takes it
+//! ([`OrderRequest`]): parsed once, at the edge, so nothing further down checks it again.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::inventory::Terms;
+
+/// A buyer's request, as the JSON body says it.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewOrder {
+    #[serde(deserialize_with = "crate::integer::whole")]
+    pub product_id: i64,
+    /// Who buys: 1 to 64 characters, not only white space, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
+    pub user_id: String,
+    /// Units, at least 1 and at most the product's `max_per_order`.
+    #[serde(default = "one", deserialize_with = "crate::integer::whole")]
+    #[schema(minimum = 1)]
+    pub quantity: i64,
+    /// `false` stops after the reservation; pay later with `POST /orders/{id}/pay`.
+    #[serde(default = "yes")]
+    pub pay: bool,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An order that passed the checks that need no database: who buys, and a positive
+/// quantity. Only [`NewOrder::parse`] makes one. Serialised (defaults filled in) as the
+/// Idempotency-Key's fingerprint.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderRequest {
+    product_id: i64,
+    user_id: String,
+    quantity: i64,
+    pay: bool,
+}
+
+impl NewOrder {
+    pub fn parse(self) -> Result<OrderRequest, Error> {
+        let len = self.user_id.chars().count();
+        if self.user_id.trim().is_empty() || len > 64 {
+            return Err(Error::invalid("user_id must be 1 to 64 characters"));
+        }
+        if self.user_id.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "user_id must not contain control characters",
+            ));
+        }
+        if self.quantity < 1 {
+            return Err(Error::invalid("quantity must be at least 1"));
+        }
+        Ok(OrderRequest {
+            product_id: self.product_id,
+            user_id: self.user_id,
+            quantity: self.quantity,
+            pay: self.pay,
+        })
+    }
+}
+
+impl OrderRequest {
+    pub fn product_id(&self) -> i64 {
+        self.product_id
+    }
+
+    pub fn user_id(&self) -> &str {
+        &self.user_id
+    }
+
+    pub fn pay(&self) -> bool {
+        self.pay
+    }
+
+    /// The quantity, once we know the product's per-order cap.
+    pub fn quantity_for(&self, terms: &Terms) -> Result<i32, String> {
+        if self.quantity > i64::from(terms.max_per_order) {
+            return Err(format!(
+                "quantity must be at most {} for this product",
+                terms.max_per_order
+            ));
+        }
+        Ok(self.quantity as i32)
+    }
+
+    /// What an Idempotency-Key remembers of the request, to tell a retry from a reuse.
+    pub fn fingerprint(&self) -> Value {
+        serde_json::to_value(self).expect("requests serialise")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Guard;
+
+    fn order(user_id: &str, quantity: i64) -> Result<OrderRequest, Error> {
+        NewOrder {
+            product_id: 1,
+            user_id: user_id.into(),
+            quantity,
+            pay: true,
+        }
+        .parse()
+    }
+
+    #[test]
+    fn user_ids_are_bounded_and_printable() {
+        assert!(order("alice", 1).is_ok());
+        assert!(order(&"é".repeat(64), 1).is_ok());
+        assert!(order("", 1).is_err());
+        assert!(order("   ", 1).is_err());
+        assert!(order(&"a".repeat(65), 1).is_err());
+        assert!(order("a\nb", 1).is_err());
+    }
+
+    #[test]
+    fn quantity_is_positive_and_capped_per_product() {
+        assert!(order("a", 0).is_err());
+        assert!(order("a", -3).is_err());
+        let product = Terms {
+            id: 1,
+            price_cents: 1,
+            max_per_order: 2,
+            per_user_limit: 1,
+            reservation_ttl_s: 600,
+            guard: Guard::Zk,
+            batch_max: 1,
+            terms_version: 1,
+        };
+        assert_eq!(order("a", 2).unwrap().quantity_for(&product), Ok(2));
+        assert!(order("a", 3).unwrap().quantity_for(&product).is_err());
+        assert!(order("a", i64::MAX)
+            .unwrap()
+            .quantity_for(&product)
+            .is_err());
+    }
+
+    #[test]
+    fn the_fingerprint_fills_in_defaults() {
+        let parse = |json| {
+            serde_json::from_str::<NewOrder>(json)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let short = parse(r#"{"product_id": 1, "user_id": "a"}"#);
+        let long = parse(r#"{"user_id": "a", "quantity": 1, "pay": true, "product_id": 1}"#);
+        assert_eq!(short.fingerprint(), long.fingerprint());
+    }
+}

@@ -1,0 +1,162 @@
+//! The shop: the handles the order path uses, and what it is told by the configuration.
+//! The order's way through it is in `place` (admission, queueing) and `cycle` (the lock
+//! cycles); this file holds only what every step reaches for.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::combiner::Combiner;
+use super::model::{Answer, Order};
+use super::store;
+use crate::config::Config;
+use crate::error::Error;
+use crate::events::Events;
+use crate::flags::Flags;
+use crate::inventory::{Catalog, Terms};
+use crate::lock::Zk;
+use crate::payment::Provider;
+use crate::teaching::{Act, Teaching};
+use crate::telemetry::metrics;
+
+/// What the order path is told by the configuration, read once at start-up.
+#[derive(Clone, Copy, Debug)]
+pub struct Rules {
+    /// How long an order waits for its product's lock (`--lock-timeout-ms`).
+    pub lock_timeout: Duration,
+    /// How long a request may take (`--request-timeout-ms`): a payment's deadline.
+    pub request_timeout: Duration,
+    /// The pause between reading and writing the stock (`--stock-think-ms`).
+    pub stock_think: Duration,
+    /// Orders of one product one instance lets wait (`--max-waiters-per-product`).
+    pub max_waiters_per_product: usize,
+    /// Share of a product's stock unpaid reservations may hold (`--max-unpaid-share`).
+    pub max_unpaid_share: f64,
+    /// Charges in flight at the provider across instances (`--payment-concurrency`; 0: any).
+    pub payment_concurrency: usize,
+}
+
+impl Rules {
+    pub fn of(config: &Config) -> Rules {
+        Rules {
+            lock_timeout: config.lock_timeout(),
+            request_timeout: config.request_timeout(),
+            stock_think: config.stock_think(),
+            max_waiters_per_product: config.max_waiters_per_product,
+            max_unpaid_share: config.max_unpaid_share,
+            payment_concurrency: config.payment_concurrency,
+        }
+    }
+}
+
+/// The handles the order path uses. Cheap to clone: every field is a handle.
+#[derive(Clone)]
+pub struct Shop {
+    pub(super) db: PgPool,
+    pub(super) zk: Zk,
+    /// Every product's terms of sale, kept after the first read.
+    pub(super) catalog: Catalog,
+    /// Orders waiting, per product, for their lock cycle on this instance.
+    pub(super) combiner: Combiner,
+    /// Products sold out, by id, as every instance sees them.
+    pub(super) sold_out: Flags,
+    /// Live updates for the teaching page (a sold-out flag is news).
+    pub(super) events: Events,
+    pub(super) payment: Provider,
+    /// Every task that carries orders (order tasks, lock cycles, payments): shutdown waits
+    /// for them before it closes the database pool under them.
+    pub(super) tasks: TaskTracker,
+    /// The teaching page's hook on lock cycles: none on a server that allows no demos.
+    pub(super) teaching: Option<Teaching>,
+    pub(super) rules: Rules,
+}
+
+impl Shop {
+    #[allow(clippy::too_many_arguments)] // each is a handle the order path uses
+    pub fn new(
+        db: PgPool,
+        zk: Zk,
+        catalog: Catalog,
+        sold_out: Flags,
+        events: Events,
+        payment: Provider,
+        tasks: TaskTracker,
+        teaching: &Teaching,
+        rules: Rules,
+    ) -> Shop {
+        Shop {
+            db,
+            zk,
+            catalog,
+            combiner: Combiner::default(),
+            sold_out,
+            events,
+            payment,
+            tasks,
+            teaching: teaching.on_sale_path().then(|| teaching.clone()),
+            rules,
+        }
+    }
+
+    /// This instance's per-product queues of orders waiting for a lock cycle.
+    pub fn combiner(&self) -> &Combiner {
+        &self.combiner
+    }
+
+    /// Counts and logs an order's answer as it is first sent (replays are not counted
+    /// again): the line that ties the request's id to its order.
+    pub fn answered(&self, product_id: i64, answer: &Answer) {
+        let guard = self
+            .catalog
+            .cached(product_id)
+            .map_or("unknown", |terms| terms.guard.as_str());
+        match answer {
+            Ok(order) => {
+                metrics::order(guard, order.status.as_str());
+                tracing::info!(
+                    order_id = %order.id,
+                    product = product_id,
+                    guard,
+                    outcome = order.status.as_str(),
+                    fence = order.fence,
+                    lock_wait_ms = order.lock_wait_ms,
+                    batch_size = order.batch_size,
+                    "order answered"
+                );
+            }
+            Err(e) => {
+                metrics::order(guard, e.code());
+                tracing::info!(
+                    order_id = e.order_id().map(tracing::field::display),
+                    product = product_id,
+                    guard,
+                    outcome = e.code(),
+                    "order answered"
+                );
+            }
+        }
+    }
+
+    /// The teaching hook's act for a lock cycle of `terms` (none on a server without demos).
+    pub(super) async fn act(&self, terms: &Terms) -> Option<Act> {
+        match &self.teaching {
+            Some(teaching) => Some(teaching.before(terms).await),
+            None => None,
+        }
+    }
+
+    /// How long an order of the product waits for its lock.
+    pub(super) fn lock_timeout(&self, product_id: i64) -> Duration {
+        match &self.teaching {
+            Some(teaching) => teaching.lock_timeout(product_id, self.rules.lock_timeout),
+            None => self.rules.lock_timeout,
+        }
+    }
+
+    /// One order, as it stands.
+    pub async fn order(&self, id: Uuid) -> Result<Option<Order>, Error> {
+        Ok(store::get(&self.db, id).await?)
+    }
+}

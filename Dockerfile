@@ -10,10 +10,14 @@ RUN mkdir src \
  && touch src/lib.rs \
  && cargo build --release --locked \
  && rm -rf src
-# migrations/ is compiled in (sqlx::migrate!). COPY keeps the checkout's modification times,
-# which may be older than the placeholder build: touch, or cargo would keep the placeholder.
+# migrations/ is compiled in (sqlx::migrate!), and every query is checked against .sqlx/ (the
+# schema's description, made by scripts/sqlx-prepare): no database at build time. COPY keeps
+# the checkout's modification times, which may be older than the placeholder build: touch, or
+# cargo would keep the placeholder.
+ENV SQLX_OFFLINE=true
 COPY src src
 COPY migrations migrations
+COPY .sqlx .sqlx
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked
 

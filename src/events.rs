@@ -111,9 +111,7 @@ impl Events {
 /// Publishes a demo outcome to every instance's subscribers.
 pub async fn notify_demo(db: &PgPool, demo: Value) {
     let payload = serde_json::json!({ "demo": demo }).to_string();
-    if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload)
+    if let Err(e) = sqlx::query!("SELECT pg_notify($1, $2)", CHANNEL, payload)
         .execute(db)
         .await
     {

@@ -128,14 +128,15 @@ fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) ->
 
 /// Whether a request has used the key already.
 async fn known(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1)")
-        .bind(key)
-        .fetch_one(db)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1) AS "known!""#,
+        key
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// A key's row as `begin` reads it.
-#[derive(sqlx::FromRow)]
 struct KeyRow {
     /// The first request's fingerprint.
     request: Value,
@@ -167,24 +168,25 @@ async fn begin(
     // Twice at most: a key freed below (its order sold nothing) is taken afresh.
     for _ in 0..2 {
         let attempt = Uuid::new_v4();
-        let inserted = sqlx::query(
+        let inserted = sqlx::query!(
             "INSERT INTO idempotency_keys (key, request, attempt) VALUES ($1, $2, $3)
              ON CONFLICT (key) DO NOTHING",
+            key,
+            fingerprint,
+            attempt
         )
-        .bind(key)
-        .bind(fingerprint)
-        .bind(attempt)
         .execute(db)
         .await?;
         if inserted.rows_affected() == 1 {
             return Ok(Begin::First(attempt));
         }
-        let row: Option<KeyRow> = sqlx::query_as(
-            "SELECT request, status_code, response, order_id, attempt,
-                    created_at < now() - interval '1 minute' AS stale
-             FROM idempotency_keys WHERE key = $1",
+        let row = sqlx::query_as!(
+            KeyRow,
+            r#"SELECT request, status_code, response, order_id, attempt,
+                      created_at < now() - interval '1 minute' AS "stale!"
+               FROM idempotency_keys WHERE key = $1"#,
+            key
         )
-        .bind(key)
         .fetch_optional(db)
         .await?;
         let Some(row) = row else {
@@ -227,12 +229,12 @@ async fn begin(
 
 /// Deletes the key's row if it still has no answer kept and still names `order_id`.
 async fn forget(db: &PgPool, key: &str, order_id: Option<Uuid>) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "DELETE FROM idempotency_keys
          WHERE key = $1 AND response IS NULL AND order_id IS NOT DISTINCT FROM $2",
+        key,
+        order_id
     )
-    .bind(key)
-    .bind(order_id)
     .execute(db)
     .await?;
     Ok(())
@@ -289,24 +291,20 @@ async fn finish(
     if transient {
         // Forget the key only if its order did nothing (or never existed); otherwise the
         // next retry answers from the order (see `settled`).
-        sqlx::query(
-            "DELETE FROM idempotency_keys k
+        sqlx::query!("DELETE FROM idempotency_keys k
              WHERE k.key = $1 AND k.attempt IS NOT DISTINCT FROM $2 AND (k.order_id IS NULL OR EXISTS
-               (SELECT 1 FROM orders o WHERE o.id = k.order_id AND o.status IN ('created', 'failed')))",
-        )
-        .bind(key)
-        .bind(attempt)
+               (SELECT 1 FROM orders o WHERE o.id = k.order_id AND o.status IN ('created', 'failed')))", key, attempt)
         .execute(db)
         .await?;
     } else {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE idempotency_keys SET status_code = $3, response = $4, completed_at = now()
              WHERE key = $1 AND attempt IS NOT DISTINCT FROM $2",
+            key,
+            attempt,
+            reply.status as i16,
+            &reply.body
         )
-        .bind(key)
-        .bind(attempt)
-        .bind(reply.status as i16)
-        .bind(&reply.body)
         .execute(db)
         .await?;
     }
@@ -315,10 +313,10 @@ async fn finish(
 
 /// Forgets keys older than `ttl`.
 pub async fn purge(db: &PgPool, ttl: std::time::Duration) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)",
+        ttl.as_secs_f64()
     )
-    .bind(ttl.as_secs_f64())
     .execute(db)
     .await?;
     Ok(done.rows_affected())

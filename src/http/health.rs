@@ -64,7 +64,7 @@ pub(super) async fn healthz() -> Json<Health> {
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let postgres = tokio::time::timeout(
         std::time::Duration::from_secs(2),
-        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db),
+        sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(&state.db),
     )
     .await
     .is_ok_and(|r| r.is_ok());

@@ -1,14 +1,11 @@
 //! The fence: a lock holder claims the product's row for its token before it reads, and its
 //! write lands only while the row is still claimed for that token. A holder whose session
-//! expired (so ZooKeeper let the next one in) writes nothing.
+//! expired (so ZooKeeper let the next one in) writes nothing. (The check itself is in the
+//! stock's read and write statements, `stock::read_stock` and `StockRead::write`.)
 
 use sqlx::PgPool;
 
 use crate::lock::Token;
-
-/// The row is still claimed for our token ($2 epoch, $3 zxid), or we hold none (NULLs).
-pub(super) const STILL_OURS: &str =
-    "(($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))";
 
 /// Claims the product's row for `token`, in a commit of its own, if the token is the row's
 /// (an owner's re-entry: one grant, one node, so one holder) or newer than the row's: a later zxid of the same ensemble, or any zxid of an ensemble Postgres first
@@ -23,15 +20,15 @@ pub(super) async fn claim(
 ) -> Result<Option<Claim>, sqlx::Error> {
     let mut met = false;
     loop {
-        let epoch: Option<i64> = sqlx::query_scalar(
+        let epoch: Option<i64> = sqlx::query_scalar!(
             "UPDATE products p SET fence_epoch = e.epoch, fence = $3
              FROM zk_ensembles e
              WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) <= (e.epoch, $3)
              RETURNING e.epoch",
+            product_id,
+            token.ensemble,
+            token.zxid
         )
-        .bind(product_id)
-        .bind(token.ensemble)
-        .bind(token.zxid)
         .fetch_optional(db)
         .await?;
         if let Some(epoch) = epoch {
@@ -46,10 +43,12 @@ pub(super) async fn claim(
         // Not claimed: a newer token holds the row, or Postgres had not met this ensemble
         // (its first tokens after a replacement). Number it (once per ensemble; another
         // instance may do it at the same moment), then try once more.
-        let new = sqlx::query("INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING")
-            .bind(token.ensemble)
-            .execute(db)
-            .await?;
+        let new = sqlx::query!(
+            "INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING",
+            token.ensemble
+        )
+        .execute(db)
+        .await?;
         if new.rows_affected() == 1 {
             tracing::warn!(ensemble = %token.ensemble, "a ZooKeeper ensemble new to Postgres granted a lock: its tokens now fence the old ones");
         }

@@ -55,6 +55,24 @@ impl TryFrom<String> for Guard {
     }
 }
 
+/// Read from its TEXT column by name (`products.guard` in SQL: `guard AS "guard: Guard"`).
+impl sqlx::Type<sqlx::Postgres> for Guard {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Guard {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let name = <String as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Ok(Guard::try_from(name)?)
+    }
+}
+
 /// Who may write the stock, and how that is checked.
 #[derive(Clone, Copy, Debug)]
 pub enum Protection {

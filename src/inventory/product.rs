@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use super::guard::Guard;
 use crate::error::Error;
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Product {
     pub id: i64,
     pub name: String,
@@ -22,14 +22,12 @@ pub struct Product {
     pub per_user_limit: i32,
     /// How long a reservation waits for payment.
     pub reservation_ttl_s: i32,
-    #[sqlx(try_from = "String")]
     pub guard: Guard,
     /// Most orders one lock cycle serves (1: each order takes the lock for itself).
     pub batch_max: i32,
     /// 1 at creation, one more with each change of the terms (`PUT .../terms`).
     pub terms_version: i32,
     /// Whether the answering instance has the product flagged sold out (see `soldout`).
-    #[sqlx(skip)]
     pub sold_out: bool,
 }
 
@@ -161,13 +159,6 @@ impl From<&Product> for Audit {
     }
 }
 
-// `sold` counts the statuses whose units are out of stock and spoken for: reserved, paying
-// (a payment claimed it) and paid.
-const PRODUCT_COLUMNS: &str = "p.id, p.name, p.price_cents, p.stock, p.stocked_total, p.max_per_order,
-    p.per_user_limit, p.reservation_ttl_s, p.guard, p.batch_max, p.terms_version,
-    COALESCE((SELECT SUM(o.quantity) FROM orders o
-              WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS sold";
-
 /// Puts a product on sale; `default_batch` is the server's `--batch-max`.
 pub async fn create(
     db: &PgPool,
@@ -178,24 +169,33 @@ pub async fn create(
         Guard::None => 1,
         _ => new.batch_max.map_or(default_batch, |b| b as i32),
     };
-    let sql = format!(
+    // `sold` counts the statuses whose units are out of stock and spoken for: reserved,
+    // paying (a payment claimed it) and paid. (A new product has none yet.)
+    sqlx::query_as!(
+        Product,
         "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
-                                      per_user_limit, reservation_ttl_s, batch_max)
+                                          per_user_limit, reservation_ttl_s, batch_max)
                     VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8)
                     RETURNING *)
-         SELECT {PRODUCT_COLUMNS} FROM p"
-    );
-    sqlx::query_as(&sql)
-        .bind(new.name.trim())
-        .bind(new.price_cents)
-        .bind(new.stock as i32)
-        .bind(new.max_per_order.map(|m| m as i32))
-        .bind(new.guard.as_str())
-        .bind(new.per_user_limit.map(|m| m as i32))
-        .bind(new.reservation_ttl_s.map(|t| t as i32))
-        .bind(batch)
-        .fetch_one(db)
-        .await
+         SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
+                 p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
+                 p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
+                 p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
+                 COALESCE((SELECT SUM(o.quantity) FROM orders o
+                      WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS \"sold!\",
+                 false AS \"sold_out!\"
+         FROM p",
+        new.name.trim(),
+        new.price_cents,
+        new.stock as i32,
+        new.max_per_order.map(|m| m as i32),
+        new.guard.as_str(),
+        new.per_user_limit.map(|m| m as i32),
+        new.reservation_ttl_s.map(|t| t as i32),
+        batch
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Creates the demo products unless some product exists. Several instances may start at
@@ -206,10 +206,10 @@ pub async fn seed_demo(
     default_batch: i32,
 ) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('seckill.seed_demo'))")
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtext('seckill.seed_demo'))")
         .execute(&mut *tx)
         .await?;
-    let empty: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM products)")
+    let empty = sqlx::query_scalar!(r#"SELECT NOT EXISTS (SELECT 1 FROM products) AS "empty!""#)
         .fetch_one(&mut *tx)
         .await?;
     if empty {
@@ -241,13 +241,13 @@ pub async fn seed_demo(
             ]
         };
         for (name, guard, batch) in demo {
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO products (name, price_cents, stock, stocked_total, guard, batch_max)
                  VALUES ($1, 4999, 100, 100, $2, $3)",
+                name,
+                guard.as_str(),
+                batch
             )
-            .bind(name)
-            .bind(guard.as_str())
-            .bind(batch)
             .execute(&mut *tx)
             .await?;
         }
@@ -257,33 +257,48 @@ pub async fn seed_demo(
 
 /// The product's stock now.
 pub async fn stock(db: &PgPool, id: i64) -> Result<Option<i32>, sqlx::Error> {
-    sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
-        .bind(id)
+    sqlx::query_scalar!("SELECT stock FROM products WHERE id = $1", id)
         .fetch_optional(db)
         .await
 }
 
 pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {PRODUCT_COLUMNS} FROM products p WHERE p.id = $1"
-    ))
-    .bind(id)
+    // `sold`: the units of reserved, paying and paid orders (see `Product::sold`).
+    sqlx::query_as!(
+        Product,
+        "SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
+                 p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
+                 p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
+                 p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
+                 COALESCE((SELECT SUM(o.quantity) FROM orders o
+                      WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS \"sold!\",
+                 false AS \"sold_out!\"
+         FROM products p WHERE p.id = $1",
+        id
+    )
     .fetch_optional(db)
     .await
 }
 
 pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {PRODUCT_COLUMNS} FROM products p ORDER BY p.id"
-    ))
+    sqlx::query_as!(
+        Product,
+        "SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
+                 p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
+                 p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
+                 p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
+                 COALESCE((SELECT SUM(o.quantity) FROM orders o
+                      WHERE o.product_id = p.id AND o.status IN ('reserved', 'paying', 'paid')), 0)::BIGINT AS \"sold!\",
+                 false AS \"sold_out!\"
+         FROM products p ORDER BY p.id"
+    )
     .fetch_all(db)
     .await
 }
 
 /// The zxid of the newest fencing token that claimed the product's row.
 pub async fn fence(db: &PgPool, product_id: i64) -> Result<Option<i64>, sqlx::Error> {
-    sqlx::query_scalar("SELECT fence FROM products WHERE id = $1")
-        .bind(product_id)
+    sqlx::query_scalar!("SELECT fence FROM products WHERE id = $1", product_id)
         .fetch_optional(db)
         .await
 }

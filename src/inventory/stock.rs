@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::fence::{claim, Claim, STILL_OURS};
+use super::fence::{claim, Claim};
 use super::guard::{enter, Protection};
 use super::product::{Product, MAX_STOCK, MAX_STOCKED_TOTAL};
 use super::terms::Current;
@@ -58,11 +58,13 @@ pub async fn restock(
         }
         Outcome::Fenced => return Err(LockError::Lost.into()),
     };
-    sqlx::query("UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1")
-        .bind(product.id)
-        .bind(quantity)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE products SET stocked_total = stocked_total + $2 WHERE id = $1",
+        product.id,
+        quantity
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     drop(lock);
     sold_out.lower(&product.id.to_string()).await;
@@ -102,11 +104,6 @@ pub enum Outcome {
     Fenced,
 }
 
-// Every stock write also tells every instance (LISTEN, see `events`) that the product
-// changed, in the same statement: delivered on commit, never for a rolled-back write.
-const NOTIFY: &str =
-    "RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)";
-
 /// The stock, read under its guard in an open transaction, with the units the order's
 /// buyers already hold (the per-customer limit is decided with the stock), ready to be
 /// written once.
@@ -125,21 +122,6 @@ pub struct StockRead {
     /// The write is fenced by this claim, if we hold a lock.
     claim: Option<Claim>,
 }
-
-/// The stock, its lifetime total, the unpaid reserved units, the buyers' holdings as two
-/// parallel arrays (NULL when none hold any), and the terms.
-type StockRow = (
-    i32,
-    i32,
-    i32,
-    Option<Vec<String>>,
-    Option<Vec<i32>>,
-    i64,
-    i32,
-    i32,
-    i32,
-    i32,
-);
 
 pub enum Read {
     Ready(StockRead),
@@ -172,41 +154,47 @@ pub async fn read_stock(
         // Lock the row first, in a statement of its own: the read below then takes its
         // snapshot after the previous holder's commit, buyers' holdings included. (Locking
         // in the reading statement would re-read the row but not the holdings.)
-        sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
-            .bind(product_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query_scalar!(
+            "SELECT id FROM products WHERE id = $1 FOR UPDATE",
+            product_id
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
     }
     // Fenced when we hold a token (the row is still claimed for it), not at all otherwise.
-    let row: Option<StockRow> = sqlx::query_as(&format!(
-        "SELECT p.stock, p.stocked_total,
+    // The row is still claimed for our token ($2 epoch, $3 zxid), or we hold none (NULLs).
+    let row = sqlx::query!(
+        r#"SELECT p.stock, p.stocked_total,
                 (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
-                 WHERE o.product_id = p.id AND o.status = 'reserved'),
+                 WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
                 (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)) AS users,
                 (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($4)),
+                 WHERE h.product_id = p.id AND h.user_id = ANY($4)) AS units,
                 p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
                 p.terms_version
-         FROM products p WHERE p.id = $1 AND {STILL_OURS}"
-    ))
-    .bind(product_id)
-    .bind(claim.map(|c| c.epoch))
-    .bind(claim.map(|c| c.zxid))
-    .bind(buyers)
+         FROM products p
+         WHERE p.id = $1
+           AND (($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))"#,
+        product_id,
+        claim.map(|c| c.epoch),
+        claim.map(|c| c.zxid),
+        buyers
+    )
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((stock, stocked_total, unpaid, users, units, price, max, limit, ttl, version)) = row
-    else {
+    let Some(row) = row else {
         return Ok(Read::Fenced);
     };
     let terms = Current {
-        price_cents: price,
-        max_per_order: max,
-        per_user_limit: limit,
-        reservation_ttl_s: ttl,
-        terms_version: version,
+        price_cents: row.price_cents,
+        max_per_order: row.max_per_order,
+        per_user_limit: row.per_user_limit,
+        reservation_ttl_s: row.reservation_ttl_s,
+        terms_version: row.terms_version,
     };
+    let (stock, stocked_total, unpaid) = (row.stock, row.stocked_total, row.unpaid);
+    let (users, units) = (row.users, row.units);
     let held = users
         .unwrap_or_default()
         .into_iter()
@@ -235,15 +223,20 @@ impl StockRead {
         // The terms read with the stock must still be the row's: a holder that lost its
         // locks mid-cycle (session expired) would otherwise decide under terms a change has
         // replaced since, which the terms lock alone cannot stop once it is gone.
-        let written = sqlx::query(&format!(
+        // It also tells every instance (LISTEN, see `events`) that the product changed, in
+        // the same statement: delivered on commit, never for a rolled-back write.
+        let written = sqlx::query!(
             "UPDATE products p SET stock = $4, updated_at = now()
-             WHERE id = $1 AND {STILL_OURS} AND p.terms_version = $5 {NOTIFY}"
-        ))
-        .bind(self.product_id)
-        .bind(self.claim.map(|c| c.epoch))
-        .bind(self.claim.map(|c| c.zxid))
-        .bind(next)
-        .bind(self.terms.terms_version)
+             WHERE id = $1
+               AND (($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))
+               AND p.terms_version = $5
+             RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
+            self.product_id,
+            self.claim.map(|c| c.epoch),
+            self.claim.map(|c| c.zxid),
+            next,
+            self.terms.terms_version
+        )
         .fetch_optional(&mut *self.tx)
         .await?;
         Ok(written.map(|_| self.tx))

@@ -31,14 +31,13 @@ use crate::lock::{Access, Zk};
 /// A product's terms of sale: what the order path needs, all but the stock. Each instance
 /// keeps them (see [`Catalog`]) for the checks made before an order queues; a lock cycle
 /// decides with the row's (see [`Current`]).
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct Terms {
     pub id: i64,
     pub price_cents: i64,
     pub max_per_order: i32,
     pub per_user_limit: i32,
     pub reservation_ttl_s: i32,
-    #[sqlx(try_from = "String")]
     pub guard: Guard,
     pub batch_max: i32,
     pub terms_version: i32,
@@ -101,12 +100,13 @@ impl Catalog {
     /// before refusing an order on this instance's copy, which may predate a change made
     /// through another instance.
     pub async fn reload(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
-        let terms: Option<Terms> = sqlx::query_as(
-            "SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s, guard,
-                    batch_max, terms_version
-             FROM products WHERE id = $1",
+        let terms = sqlx::query_as!(
+            Terms,
+            r#"SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s,
+                      guard AS "guard: Guard", batch_max, terms_version
+               FROM products WHERE id = $1"#,
+            id
         )
-        .bind(id)
         .fetch_optional(db)
         .await?;
         let Some(terms) = terms.map(Arc::new) else {
@@ -205,7 +205,7 @@ pub async fn change_terms(
     let write = zk
         .lock_terms(id, Access::Write, "terms-change", lock_timeout)
         .await?;
-    let changed = sqlx::query(
+    let changed = sqlx::query!(
         "UPDATE products SET price_cents = COALESCE($2, price_cents),
                 max_per_order = COALESCE($3, max_per_order),
                 per_user_limit = COALESCE($4, per_user_limit),
@@ -213,12 +213,12 @@ pub async fn change_terms(
                 terms_version = terms_version + 1, updated_at = now()
          WHERE id = $1
          RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
+        id,
+        change.price_cents,
+        change.max_per_order.map(|v| v as i32),
+        change.per_user_limit.map(|v| v as i32),
+        change.reservation_ttl_s.map(|v| v as i32)
     )
-    .bind(id)
-    .bind(change.price_cents)
-    .bind(change.max_per_order.map(|v| v as i32))
-    .bind(change.per_user_limit.map(|v| v as i32))
-    .bind(change.reservation_ttl_s.map(|v| v as i32))
     .fetch_optional(db)
     .await?;
     catalog.forget(id);

@@ -61,14 +61,31 @@ impl TryFrom<String> for OrderStatus {
     }
 }
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+/// Read from its TEXT column by name (`orders.status` in SQL: `status AS "status: OrderStatus"`).
+impl sqlx::Type<sqlx::Postgres> for OrderStatus {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <String as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <String as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for OrderStatus {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let name = <String as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Ok(OrderStatus::try_from(name)?)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Order {
     pub id: Uuid,
     pub product_id: i64,
     pub user_id: String,
     pub quantity: i32,
     pub amount_cents: i64,
-    #[sqlx(try_from = "String")]
     pub status: OrderStatus,
     /// The lock token the stock write carried (`zk` guards only).
     pub fence: Option<i64>,

@@ -32,11 +32,12 @@ impl Shop {
 
 async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
     let db = &shop.db;
-    let claimed: Option<Order> = sqlx::query_as(
+    let claimed: Option<Order> = sqlx::query_as!(
+        Order,
         "UPDATE orders SET status = 'paying', updated_at = now()
-         WHERE id = $1 AND status = 'reserved' AND expires_at > now() RETURNING *",
+         WHERE id = $1 AND status = 'reserved' AND expires_at > now() RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
+        id,
     )
-    .bind(id)
     .fetch_optional(db)
     .await?;
     let Some(order) = claimed else {

@@ -45,7 +45,8 @@ pub async fn insert(
         .filter_map(|r| Some((r.ticket.key.as_deref()?, r.ticket.id)))
         .unzip();
     let (holders, held): (Vec<&str>, Vec<i32>) = units.iter().map(|(u, n)| (*u, *n)).unzip();
-    let mut orders: Vec<Order> = sqlx::query_as(
+    let mut orders: Vec<Order> = sqlx::query_as!(
+        Order,
         "WITH o AS (
             INSERT INTO orders (id, product_id, user_id, quantity, amount_cents, status, failure,
                                 fence, lock_wait_ms, expires_at, batch_size)
@@ -65,24 +66,24 @@ pub async fn insert(
             UPDATE idempotency_keys k SET order_id = t.id
             FROM unnest($15::text[], $16::uuid[]) AS t(key, id) WHERE k.key = t.key
          )
-         SELECT * FROM o",
+         SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM o",
+        terms.id,
+        fence,
+        f64::from(terms.reservation_ttl_s),
+        batch_size,
+        &ids,
+        &users as _,
+        &quantities,
+        &amounts,
+        &statuses as _,
+        &failures as _,
+        &waits as _,
+        terms.per_user_limit,
+        &holders as _,
+        &held,
+        &key_names as _,
+        &key_orders,
     )
-    .bind(terms.id)
-    .bind(fence)
-    .bind(f64::from(terms.reservation_ttl_s))
-    .bind(batch_size)
-    .bind(&ids)
-    .bind(&users)
-    .bind(&quantities)
-    .bind(&amounts)
-    .bind(&statuses)
-    .bind(&failures)
-    .bind(&waits)
-    .bind(terms.per_user_limit)
-    .bind(&holders)
-    .bind(&held)
-    .bind(&key_names)
-    .bind(&key_orders)
     .fetch_all(conn)
     .await?;
     let place: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
@@ -120,12 +121,14 @@ pub async fn ended(
 
 /// Gives units back to the user's allowance (their order returned its stock).
 pub(super) async fn release_units(tx: &mut PgConnection, order: &Order) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE purchases SET units = units - $3 WHERE product_id = $1 AND user_id = $2")
-        .bind(order.product_id)
-        .bind(&order.user_id)
-        .bind(order.quantity)
-        .execute(tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE purchases SET units = units - $3 WHERE product_id = $1 AND user_id = $2",
+        order.product_id,
+        &order.user_id,
+        order.quantity
+    )
+    .execute(tx)
+    .await?;
     Ok(())
 }
 
@@ -137,13 +140,13 @@ pub(super) async fn advance(
     from: OrderStatus,
     to: OrderStatus,
 ) -> Result<bool, sqlx::Error> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE orders SET status = $3, updated_at = now()
          WHERE id = $1 AND status = $2 AND ($2 <> 'reserved' OR expires_at <= now())",
+        id,
+        from.as_str(),
+        to.as_str()
     )
-    .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
     .execute(conn)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -174,7 +177,8 @@ pub(super) async fn record_payments(
     let references: Vec<&str> = payments.iter().map(|p| p.reference).collect();
     let started: Vec<DateTime<Utc>> = payments.iter().map(|p| p.started_at).collect();
     let ended: Vec<DateTime<Utc>> = payments.iter().map(|p| p.ended_at).collect();
-    sqlx::query_as(
+    sqlx::query_as!(
+        Order,
         "WITH p AS (
             INSERT INTO payments (order_id, amount_cents, outcome, provider_ref, started_at, ended_at)
             SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],
@@ -183,14 +187,14 @@ pub(super) async fn record_payments(
          UPDATE orders o SET status = 'paid', updated_at = now()
          FROM unnest($1::uuid[], $3::text[]) AS t(id, outcome)
          WHERE o.id = t.id AND t.outcome = 'succeeded' AND o.status = 'paying'
-         RETURNING o.*",
+         RETURNING o.id AS \"id!\", o.product_id AS \"product_id!\", o.user_id AS \"user_id!\", o.quantity AS \"quantity!\", o.amount_cents AS \"amount_cents!\", o.status AS \"status!: OrderStatus\", o.fence, o.lock_wait_ms, o.batch_size, o.failure, o.expires_at, o.created_at AS \"created_at!\", o.updated_at AS \"updated_at!\"",
+        &ids,
+        &amounts,
+        &outcomes as _,
+        &references as _,
+        &started,
+        &ended,
     )
-    .bind(&ids)
-    .bind(&amounts)
-    .bind(&outcomes)
-    .bind(&references)
-    .bind(&started)
-    .bind(&ended)
     .fetch_all(db)
     .await
 }
@@ -198,11 +202,11 @@ pub(super) async fn record_payments(
 /// Gives orders whose charge never started back to their reservation (`paying` →
 /// `reserved`, deadline unchanged): payable later, or expired by the sweep.
 pub(super) async fn unclaim(db: &PgPool, ids: &[Uuid]) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE orders SET status = 'reserved', updated_at = now()
          WHERE id = ANY($1) AND status = 'paying'",
+        ids
     )
-    .bind(ids)
     .execute(db)
     .await
     .map(|_| ())
@@ -214,19 +218,23 @@ pub(super) async fn units_held(
     product_id: i64,
     user_id: &str,
 ) -> Result<i32, sqlx::Error> {
-    let held: Option<i32> =
-        sqlx::query_scalar("SELECT units FROM purchases WHERE product_id = $1 AND user_id = $2")
-            .bind(product_id)
-            .bind(user_id)
-            .fetch_optional(db)
-            .await?;
+    let held: Option<i32> = sqlx::query_scalar!(
+        "SELECT units FROM purchases WHERE product_id = $1 AND user_id = $2",
+        product_id,
+        user_id
+    )
+    .fetch_optional(db)
+    .await?;
     Ok(held.unwrap_or(0))
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {
-    sqlx::query_as("SELECT * FROM orders WHERE id = $1")
-        .bind(id)
-        .fetch_optional(db)
+    sqlx::query_as!(
+        Order,
+        "SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM orders WHERE id = $1",
+        id
+    )
+    .fetch_optional(db)
         .await
 }
 

@@ -64,23 +64,54 @@ pub async fn run(shop: Shop, interval: Duration) {
     }
 }
 
-/// Takes up to [`PASS`] orders in `status` whose `since` is at least `age` ago and that no
-/// other sweep holds, oldest first, for [`LEASE`].
-async fn take(shop: &Shop, status: &str, since: &str, age: Duration) -> sqlx::Result<Vec<Order>> {
-    sqlx::query_as(&format!(
-        "UPDATE orders SET sweep_after = now() + make_interval(secs => $2)
-         WHERE id IN (SELECT o.id FROM orders o
-                      WHERE o.status = $1 AND o.{since} <= now() - make_interval(secs => $4)
-                        AND (o.sweep_after IS NULL OR o.sweep_after <= now())
-                      ORDER BY o.{since} LIMIT $3 FOR UPDATE SKIP LOCKED)
-         RETURNING *"
-    ))
-    .bind(status)
-    .bind(LEASE.as_secs_f64())
-    .bind(PASS)
-    .bind(age.as_secs_f64())
-    .fetch_all(&shop.db)
-    .await
+/// What a pass takes: reservations past their deadline, or payments stale for `age`.
+#[derive(Clone, Copy)]
+enum Due {
+    Reservations,
+    Payments,
+}
+
+/// Takes up to [`PASS`] orders that are `due` and that no other sweep holds, oldest first,
+/// for [`LEASE`]. (Two statements, not one with a column chosen at run time: each is
+/// checked at compile time and matches its own partial index.)
+async fn take(shop: &Shop, due: Due, age: Duration) -> sqlx::Result<Vec<Order>> {
+    let (lease, pass, age) = (LEASE.as_secs_f64(), PASS, age.as_secs_f64());
+    match due {
+        Due::Reservations => {
+            sqlx::query_as!(
+                Order,
+                "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
+                 WHERE id IN (SELECT o.id FROM orders o
+                              WHERE o.status = 'reserved'
+                                AND o.expires_at <= now() - make_interval(secs => $3)
+                                AND (o.sweep_after IS NULL OR o.sweep_after <= now())
+                              ORDER BY o.expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
+                lease,
+                pass,
+                age
+            )
+            .fetch_all(&shop.db)
+            .await
+        }
+        Due::Payments => {
+            sqlx::query_as!(
+                Order,
+                "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
+                 WHERE id IN (SELECT o.id FROM orders o
+                              WHERE o.status = 'paying'
+                                AND o.updated_at <= now() - make_interval(secs => $3)
+                                AND (o.sweep_after IS NULL OR o.sweep_after <= now())
+                              ORDER BY o.updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
+                lease,
+                pass,
+                age
+            )
+            .fetch_all(&shop.db)
+            .await
+        }
+    }
 }
 
 /// One pass of the expiry: returns the stock of reservations past their deadline.
@@ -90,7 +121,7 @@ async fn take(shop: &Shop, status: &str, since: &str, age: Duration) -> sqlx::Re
 /// one queue turn for them, not one per expired order (each return still commits on its own,
 /// fenced by the same token). Between holds the product's buyers get their turns.
 pub(super) async fn expire_due(shop: &Shop) -> anyhow::Result<usize> {
-    let due = take(shop, "reserved", "expires_at", Duration::ZERO).await?;
+    let due = take(shop, Due::Reservations, Duration::ZERO).await?;
     let mut by_product: BTreeMap<i64, Vec<&Order>> = BTreeMap::new();
     for order in &due {
         by_product.entry(order.product_id).or_default().push(order);
@@ -149,7 +180,7 @@ async fn hold_for_pass(shop: &Shop, owner: &Owner, product: i64) -> Option<Stock
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
 async fn settle_stale_payments(shop: &Shop) -> anyhow::Result<()> {
-    let stale = take(shop, "paying", "updated_at", STALE_PAYMENT).await?;
+    let stale = take(shop, Due::Payments, STALE_PAYMENT).await?;
     for order in stale {
         if let Err(e) = settle(shop, &order).await {
             metrics::sweep("skipped", 1);
@@ -160,15 +191,11 @@ async fn settle_stale_payments(shop: &Shop) -> anyhow::Result<()> {
 }
 
 async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
-    let charged: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded')",
-    )
-    .bind(order.id)
+    let charged: bool = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded') AS "charged!""#, order.id)
     .fetch_one(&shop.db)
     .await?;
     if charged {
-        sqlx::query("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'")
-            .bind(order.id)
+        sqlx::query!("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'", order.id)
             .execute(&shop.db)
             .await?;
         metrics::sweep("settled_paid", 1);
@@ -194,11 +221,11 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
 /// writes no `created` rows; earlier ones did, and an upgrade may find some.)
 async fn close_abandoned(shop: &Shop) -> sqlx::Result<u64> {
     let age = shop.rules.lock_timeout + shop.rules.request_timeout;
-    let closed = sqlx::query(
+    let closed = sqlx::query!(
         "UPDATE orders SET status = 'failed', failure = 'abandoned', updated_at = now()
          WHERE status = 'created' AND created_at < now() - make_interval(secs => $1)",
+        age.as_secs_f64()
     )
-    .bind(age.as_secs_f64())
     .execute(&shop.db)
     .await?;
     Ok(closed.rows_affected())
@@ -218,11 +245,12 @@ async fn lower_contradicted_flags(shop: &Shop) -> sqlx::Result<()> {
     if flagged.is_empty() {
         return Ok(());
     }
-    let in_stock: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM products WHERE id = ANY($1) AND stock > 0")
-            .bind(&flagged)
-            .fetch_all(&shop.db)
-            .await?;
+    let in_stock: Vec<i64> = sqlx::query_scalar!(
+        "SELECT id FROM products WHERE id = ANY($1) AND stock > 0",
+        &flagged
+    )
+    .fetch_all(&shop.db)
+    .await?;
     for product in in_stock {
         tracing::warn!(
             product,

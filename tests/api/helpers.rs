@@ -47,10 +47,11 @@ impl TestEnv {
     pub async fn on(base: &str, zk_connect: &str) -> TestEnv {
         let zk_connect = zk_connect.to_string();
         let name = format!("seckill_test_{}", uuid::Uuid::new_v4().simple());
+        let template = template(base).await;
         let admin = PgPool::connect(base)
             .await
             .expect("connect to the test PostgreSQL (run scripts/test)");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
+        sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
             .execute(&admin)
             .await
             .expect("create test database");
@@ -60,10 +61,6 @@ impl TestEnv {
         let db = PgPool::connect(&database_url)
             .await
             .expect("connect to the test database");
-        sqlx::migrate!()
-            .run(&db)
-            .await
-            .expect("migrate the test database");
         let zk_root = format!("/seckill-tests/{}", uuid::Uuid::new_v4().simple());
         TestEnv {
             database_url,
@@ -255,6 +252,59 @@ impl TestEnv {
             .await
             .expect("count orders")
     }
+}
+
+/// The migrated database every test database is cloned from (`CREATE DATABASE … TEMPLATE`),
+/// one per PostgreSQL server and set of migrations: made once (by whichever test asks first)
+/// instead of migrating once per test. Named after the migrations, so a changed migration
+/// makes a new one; made under another name and renamed when complete, so an interrupted run
+/// never leaves a half-migrated template behind.
+async fn template(base: &str) -> String {
+    static MADE: tokio::sync::Mutex<Vec<String>> = tokio::sync::Mutex::const_new(Vec::new());
+    let migrator = sqlx::migrate!();
+    let mut fingerprint = 0u64;
+    for migration in migrator.iter() {
+        for byte in migration.checksum.iter() {
+            fingerprint = fingerprint.wrapping_mul(31).wrapping_add(u64::from(*byte));
+        }
+    }
+    let name = format!("seckill_template_{fingerprint:016x}");
+    let mut made = MADE.lock().await;
+    if made.contains(&format!("{base} {name}")) {
+        return name;
+    }
+    let admin = PgPool::connect(base)
+        .await
+        .expect("connect to the test PostgreSQL (run scripts/test)");
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&admin)
+            .await
+            .expect("look for the template database");
+    if !exists {
+        let building = format!("{name}_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {building}"))
+            .execute(&admin)
+            .await
+            .expect("create the template database");
+        let (prefix, _) = base.rsplit_once('/').expect("database URL ends in /<name>");
+        let db = PgPool::connect(&format!("{prefix}/{building}"))
+            .await
+            .expect("connect to the template database");
+        migrator
+            .run(&db)
+            .await
+            .expect("migrate the template database");
+        db.close().await;
+        sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {name}"))
+            .execute(&admin)
+            .await
+            .expect("name the template database");
+    }
+    admin.close().await;
+    made.push(format!("{base} {name}"));
+    name
 }
 
 pub struct TestApp {

@@ -12,11 +12,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Schema, Type,
 };
+use utoipa::Number;
 use utoipa::{Modify, OpenApi};
 
 use super::error::CODES;
 use super::AppState;
 use super::{events, health, metrics, orders, products, recipes};
+use crate::inventory;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,7 +49,7 @@ use super::{events, health, metrics, orders, products, recipes};
         metrics::render,
         document,
     ),
-    modifiers(&Shared),
+    modifiers(&Shared, &Bounds),
     tags(
         (name = "orders", description = "Buying, paying a reservation, looking an order up"),
         (name = "products", description = "Sales, their stock and audit; admin set-up"),
@@ -178,4 +180,65 @@ fn error_response(description: &str) -> Response {
                 .build(),
         )
         .build()
+}
+
+/// The bounds of every bounded request field, from the one place the checks read them
+/// (`inventory::BOUNDS`), so the description cannot drift from what is enforced.
+struct Bounds;
+
+impl Modify for Bounds {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = api.components.as_mut() else {
+            return;
+        };
+        let mut fields: Vec<(&str, &str, i64, i64)> = Vec::new();
+        for (field, min, max) in inventory::BOUNDS {
+            fields.push(("NewProduct", field, min, max));
+            if field != "stock" && field != "batch_max" {
+                fields.push(("TermsChange", field, min, max));
+            }
+        }
+        fields.push(("Restock", "quantity", 1, inventory::MAX_STOCK));
+        fields.push(("NewOrder", "quantity", 1, inventory::MAX_PER_ORDER));
+        for (schema, field, min, max) in fields {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(schema) else {
+                continue;
+            };
+            if let Some(RefOr::T(Schema::Object(property))) = object.properties.get_mut(field) {
+                property.minimum = Some(Number::Int(min as isize));
+                property.maximum = Some(Number::Int(max as isize));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schemas_carry_the_bounds_the_checks_enforce() {
+        let api = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schemas = &api["components"]["schemas"];
+        let bound = |schema: &str, field: &str| {
+            let property = &schemas[schema]["properties"][field];
+            (property["minimum"].as_i64(), property["maximum"].as_i64())
+        };
+        for (field, min, max) in inventory::BOUNDS {
+            assert_eq!(
+                bound("NewProduct", field),
+                (Some(min), Some(max)),
+                "{field}"
+            );
+        }
+        let max_ttl = Some(inventory::MAX_RESERVATION_TTL_S);
+        assert_eq!(
+            bound("TermsChange", "reservation_ttl_s"),
+            (Some(1), max_ttl)
+        );
+        let max_order = Some(inventory::MAX_PER_ORDER);
+        assert_eq!(bound("NewOrder", "quantity"), (Some(1), max_order));
+        let max_stock = Some(inventory::MAX_STOCK);
+        assert_eq!(bound("Restock", "quantity"), (Some(1), max_stock));
+    }
 }

@@ -108,7 +108,6 @@ async fn audit(
 #[serde(deny_unknown_fields)]
 pub(super) struct Restock {
     /// Units to put on sale; the product's lifetime stock stays within its limit (422).
-    #[schema(minimum = 1, maximum = 100_000_000)]
     #[serde(deserialize_with = "crate::integer::whole")]
     quantity: i64,
 }

@@ -13,7 +13,7 @@ mod terms;
 
 pub use guard::{enter, enter_as, enter_for_sale, Guard, Protection};
 pub use product::{
-    create, fence, get, list, seed_demo, stock, Audit, NewProduct, Product, MAX_BATCH,
+    create, fence, get, list, seed_demo, stock, Audit, NewProduct, Product, BOUNDS, MAX_BATCH,
     MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S, MAX_STOCK,
 };
 pub use stock::{

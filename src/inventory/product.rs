@@ -41,29 +41,23 @@ pub struct NewProduct {
         pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
     )]
     pub name: String,
-    #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
     #[serde(deserialize_with = "crate::integer::whole")]
     pub price_cents: i64,
-    #[schema(minimum = 0, maximum = 100_000_000)]
     #[serde(deserialize_with = "crate::integer::whole")]
     pub stock: i64,
     /// `none` only on a server started with `--allow-unsafe-guards`.
     #[serde(default = "default_guard")]
     pub guard: Guard,
     /// Default 10.
-    #[schema(minimum = 1, maximum = 1000)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub max_per_order: Option<i64>,
     /// Default 1.
-    #[schema(minimum = 1, maximum = 1_000_000)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub per_user_limit: Option<i64>,
     /// Default 600.
-    #[schema(minimum = 1, maximum = 604_800)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub reservation_ttl_s: Option<i64>,
     /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
-    #[schema(minimum = 1, maximum = 4096)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub batch_max: Option<i64>,
 }
@@ -78,6 +72,17 @@ pub const MAX_PER_ORDER: i64 = 1_000;
 pub const MAX_PER_USER: i64 = 1_000_000;
 pub const MAX_RESERVATION_TTL_S: i64 = 7 * 24 * 3600;
 pub const MAX_BATCH: i64 = 4096;
+
+/// Every bounded field of a product and its terms, with its range: the one source for the
+/// checks below and for the API description (`http::openapi` writes them into the schemas).
+pub const BOUNDS: [(&str, i64, i64); 6] = [
+    ("price_cents", 0, MAX_PRICE_CENTS),
+    ("stock", 0, MAX_STOCK),
+    ("max_per_order", 1, MAX_PER_ORDER),
+    ("per_user_limit", 1, MAX_PER_USER),
+    ("reservation_ttl_s", 1, MAX_RESERVATION_TTL_S),
+    ("batch_max", 1, MAX_BATCH),
+];
 
 impl NewProduct {
     /// Checks the product against the sale's rules; the message names the broken one. A
@@ -104,24 +109,24 @@ impl NewProduct {
         if self.name.chars().any(char::is_control) {
             return Err("name must not contain control characters".into());
         }
-        within("price_cents", Some(self.price_cents), 0, MAX_PRICE_CENTS)?;
-        within("stock", Some(self.stock), 0, MAX_STOCK)?;
-        within("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
-        within("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
-        within(
-            "reservation_ttl_s",
-            self.reservation_ttl_s,
-            1,
-            MAX_RESERVATION_TTL_S,
-        )?;
-        within("batch_max", self.batch_max, 1, MAX_BATCH)?;
+        within("price_cents", Some(self.price_cents))?;
+        within("stock", Some(self.stock))?;
+        within("max_per_order", self.max_per_order)?;
+        within("per_user_limit", self.per_user_limit)?;
+        within("reservation_ttl_s", self.reservation_ttl_s)?;
+        within("batch_max", self.batch_max)?;
         Ok(())
     }
 }
 
-/// A field's value, if given, within `min..=max`; else a message naming the field. (A new
+/// A field's value, if given, within its [`BOUNDS`]; else a message naming the field. (A new
 /// product's fields and a change of its terms share these bounds.)
-pub(super) fn within(field: &str, value: Option<i64>, min: i64, max: i64) -> Result<(), String> {
+pub(super) fn within(field: &str, value: Option<i64>) -> Result<(), String> {
+    let (_, min, max) = BOUNDS
+        .iter()
+        .find(|(name, _, _)| *name == field)
+        .copied()
+        .expect("a bounded field");
     match value {
         Some(v) if !(min..=max).contains(&v) => {
             Err(format!("{field} must be between {min} and {max}"))

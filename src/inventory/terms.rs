@@ -22,9 +22,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::guard::Guard;
-use super::product::{
-    self, within, Product, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S,
-};
+use super::product::{self, within, Product};
 use crate::error::Error;
 use crate::lock::{Access, Zk};
 
@@ -145,16 +143,12 @@ impl Catalog {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TermsChange {
-    #[schema(minimum = 0, maximum = 10_000_000_000_i64)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub price_cents: Option<i64>,
-    #[schema(minimum = 1, maximum = 1000)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub max_per_order: Option<i64>,
-    #[schema(minimum = 1, maximum = 1_000_000)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub per_user_limit: Option<i64>,
-    #[schema(minimum = 1, maximum = 604_800)]
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub reservation_ttl_s: Option<i64>,
 }
@@ -170,17 +164,11 @@ impl TermsChange {
 
     /// Each field given within the bounds a new product's has.
     pub fn validate(&self) -> Result<(), Error> {
-        let field =
-            |name, value, min, max| within(name, value, min, max).map_err(Error::InvalidRequest);
-        field("price_cents", self.price_cents, 0, MAX_PRICE_CENTS)?;
-        field("max_per_order", self.max_per_order, 1, MAX_PER_ORDER)?;
-        field("per_user_limit", self.per_user_limit, 1, MAX_PER_USER)?;
-        field(
-            "reservation_ttl_s",
-            self.reservation_ttl_s,
-            1,
-            MAX_RESERVATION_TTL_S,
-        )?;
+        let field = |name, value| within(name, value).map_err(Error::InvalidRequest);
+        field("price_cents", self.price_cents)?;
+        field("max_per_order", self.max_per_order)?;
+        field("per_user_limit", self.per_user_limit)?;
+        field("reservation_ttl_s", self.reservation_ttl_s)?;
         Ok(())
     }
 }

@@ -22,7 +22,6 @@ pub struct NewOrder {
     pub user_id: String,
     /// Units, at least 1 and at most the product's `max_per_order`.
     #[serde(default = "one", deserialize_with = "crate::integer::whole")]
-    #[schema(minimum = 1)]
     pub quantity: i64,
     /// `false` stops after the reservation; pay later with `POST /orders/{id}/pay`.
     #[serde(default = "yes")]

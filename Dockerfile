@@ -1,4 +1,5 @@
-# The seckill server: built on the official Rust image, run on Debian slim as a non-root user.
+# The seckill server (and seckill-provider, the payment provider's stand-in that compose runs
+# beside it): built on the official Rust image, run on Debian slim as a non-root user.
 # docker-compose.yml builds it; scripts/test builds the same binary (cargo build --release --locked).
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -25,7 +26,7 @@ FROM debian:bookworm-slim
 # A fixed uid, so volumes and policies (runAsNonRoot) can name it. The binary and the page
 # stay owned by root: the service cannot rewrite them.
 RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin seckill
-COPY --from=build /src/target/release/seckill /usr/local/bin/seckill
+COPY --from=build /src/target/release/seckill /src/target/release/seckill-provider /usr/local/bin/
 COPY static /srv/static
 ENV SECKILL_STATIC_DIR=/srv/static \
     SECKILL_LISTEN=0.0.0.0:8080

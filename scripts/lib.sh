@@ -7,6 +7,8 @@
 #   SECKILL_ZK_PORT  (2181)  ZooKeeper client port, data under .run/zk
 #   SECKILL_PG_PORT  (5433)  PostgreSQL cluster "seckill" (pg_createcluster), role/password seckill
 #   SECKILL_FAULTS_PG_PORT (5434)  cluster "seckill_faults", which the fault tests restart
+#   SECKILL_PROVIDER_PORT (8090)  the payment provider (`seckill-provider`), its ledger in
+#                                 the database seckill_ledger
 
 set -euo pipefail
 
@@ -145,6 +147,37 @@ services_up() {
   export SECKILL_ZK="${SECKILL_ZK:-127.0.0.1:$ZK_PORT}"
 }
 
+PROVIDER_PORT="${SECKILL_PROVIDER_PORT:-8090}"
+
+provider_ok() { curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1; }
+
+# Starts the payment provider (BIN: the seckill-provider binary, already built) on
+# 127.0.0.1:PORT with its ledger in DATABASE (created if missing) and --test-controls (the
+# page's money demo and the chaos sale change its faults); reuses one that answers.
+provider_up() { # BIN PORT DATABASE [FLAGS...]
+  local bin=$1 port=$2 db=$3; shift 3
+  apt_install curl
+  if provider_ok "$port"; then log "a payment provider already answers on 127.0.0.1:$port: reusing it"; return; fi
+  as_postgres psql -q -p "$PG_PORT" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 ||
+    as_postgres createdb -p "$PG_PORT" -O seckill "$db"
+  mkdir -p "$RUN_DIR"
+  log "starting the payment provider on 127.0.0.1:$port (ledger: database $db)"
+  "$bin" --listen "127.0.0.1:$port" --test-controls \
+    --database-url "postgres://seckill:seckill@127.0.0.1:$PG_PORT/$db" "$@" \
+    >"$RUN_DIR/provider-$port.out" 2>"$RUN_DIR/provider-$port.log" &
+  echo $! >"$RUN_DIR/provider-$port.pid"
+  STARTED+=("provider:$RUN_DIR/provider-$port.pid")
+  wait_for 30 "the payment provider on port $port (log: .run/provider-$port.log)" provider_ok "$port"
+}
+
+# Stops the provider this run started on PORT (before its ledger's database is dropped).
+provider_down() { # PORT
+  local pidfile="$RUN_DIR/provider-${1:-none}.pid"
+  [ -f "$pidfile" ] || return 0
+  kill "$(cat "$pidfile")" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
 # Stops only what this run started, newest first.
 services_down() {
   local i item
@@ -157,6 +190,14 @@ services_down() {
           log "stopping ZooKeeper (${dir#"$ROOT"/})"
           kill "$(cat "$dir/pid")" 2>/dev/null || true
           rm -f "$dir/pid"
+        fi
+        ;;
+      provider:*)
+        local pidfile=${item#provider:}
+        if [ -f "$pidfile" ]; then
+          log "stopping the payment provider"
+          kill "$(cat "$pidfile")" 2>/dev/null || true
+          rm -f "$pidfile"
         fi
         ;;
       pg:*)

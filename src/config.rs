@@ -118,8 +118,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 15_000)]
     pub request_timeout_ms: u64,
 
-    /// On SIGTERM/Ctrl-C, how long in-flight requests may take to finish before we exit.
-    #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    /// On SIGTERM/Ctrl-C, how long in-flight requests may take to finish before we exit: at
+    /// least --request-timeout-ms plus 2 s, so an order in flight finishes.
+    #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 20_000)]
     pub shutdown_grace_ms: u64,
 
     /// How often this instance looks for unpaid reservations past their deadline.
@@ -134,13 +135,19 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ALLOW_UNSAFE_GUARDS", default_value_t = false)]
     pub allow_unsafe_guards: bool,
 
-    /// Simulated payment provider latency.
-    #[arg(long, env = "SECKILL_PAYMENT_LATENCY_MS", default_value_t = 0)]
-    pub payment_latency_ms: u64,
+    /// The payment provider's base URL (`seckill-provider` in the demo and tests; a real
+    /// gateway's client would plug in here).
+    #[arg(
+        long,
+        env = "SECKILL_PAYMENT_URL",
+        default_value = "http://127.0.0.1:8090"
+    )]
+    pub payment_url: String,
 
-    /// Share of payments the simulated provider declines, from 0.0 to 1.0.
-    #[arg(long, env = "SECKILL_PAYMENT_FAILURE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
-    pub payment_failure_rate: f64,
+    /// How long one request to the payment provider may take before it is sent again, under
+    /// the same Idempotency-Key (until the order's request deadline).
+    #[arg(long, env = "SECKILL_PAYMENT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub payment_timeout_ms: u64,
 
     /// Charges in flight at the payment provider, at most, across every instance: a
     /// ZooKeeper semaphore (Curator's InterProcessSemaphoreV2 layout) every instance must
@@ -184,6 +191,10 @@ impl Config {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+
+    pub fn payment_timeout(&self) -> Duration {
+        Duration::from_millis(self.payment_timeout_ms)
     }
 
     pub fn stock_think(&self) -> Duration {
@@ -230,13 +241,6 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err(format!("{s:?} is not a rate between 0.0 and 1.0")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,13 +273,5 @@ mod tests {
         assert!(parse_zk_root("seckill").is_err());
         assert!(parse_zk_root("/").is_err());
         assert!(parse_zk_root("/a//b").is_err());
-    }
-
-    #[test]
-    fn payment_failure_rate_is_a_probability() {
-        assert_eq!(parse_rate("0.25").unwrap(), 0.25);
-        assert!(parse_rate("1.5").is_err());
-        assert!(parse_rate("-0.1").is_err());
-        assert!(parse_rate("x").is_err());
     }
 }

@@ -77,6 +77,12 @@ pub enum Error {
     /// (`--payment-concurrency`): nothing was charged, the units stay reserved.
     #[error("the payment provider is at its limit of charges in flight; nothing was charged and the units stay reserved: pay with POST /orders/{order_id}/pay before the reservation expires")]
     PaymentBusy { order_id: Uuid },
+    /// The order's outcome is not known yet: a backing service (the payment provider, or
+    /// PostgreSQL at a commit) did not answer in time. Nothing more needs doing: the order
+    /// is settled in the background (a pending payment by asking the provider under its
+    /// key); a retry with the same Idempotency-Key answers its final outcome.
+    #[error("the order's outcome is not known yet (a backing service did not answer in time); it is being settled: retry with the same Idempotency-Key, or look the order up")]
+    OutcomePending { order_id: Option<Uuid> },
     /// PostgreSQL or ZooKeeper is unreachable or too slow.
     #[error("a backing service is unavailable, try again")]
     Unavailable(#[source] anyhow::Error),
@@ -113,6 +119,7 @@ impl Error {
             LockTimeout { .. } => "lock_timeout",
             LockLost { .. } => "lock_lost",
             PaymentBusy { .. } => "payment_busy",
+            OutcomePending { .. } => "outcome_pending",
             Unavailable(_) => "unavailable",
             Internal(_) => "internal",
         }
@@ -129,7 +136,8 @@ impl Error {
             SoldOut { order_id }
             | PurchaseLimit { order_id }
             | LockTimeout { order_id }
-            | LockLost { order_id } => *order_id,
+            | LockLost { order_id }
+            | OutcomePending { order_id } => *order_id,
             _ => None,
         }
     }
@@ -142,6 +150,7 @@ impl Error {
             LockTimeout { .. } => LockTimeout { order_id: None },
             TooBusy => TooBusy,
             PurchaseLimit { .. } => PurchaseLimit { order_id: None },
+            OutcomePending { .. } => OutcomePending { order_id: None },
             Unavailable(cause) => Unavailable(anyhow::anyhow!("{cause:#}")),
             Internal(cause) => Internal(anyhow::anyhow!("{cause:#}")),
             other => Internal(anyhow::anyhow!("a batch failed with {}", other.code())),
@@ -155,7 +164,8 @@ impl Error {
         if let SoldOut { order_id }
         | PurchaseLimit { order_id }
         | LockTimeout { order_id }
-        | LockLost { order_id } = &mut self
+        | LockLost { order_id }
+        | OutcomePending { order_id } = &mut self
         {
             *order_id = Some(id);
         }
@@ -172,6 +182,7 @@ impl Error {
             LockTimeout { .. }
                 | LockLost { .. }
                 | PaymentBusy { .. }
+                | OutcomePending { .. }
                 | Unavailable(_)
                 | TooBusy
                 | Internal(_)

@@ -9,6 +9,8 @@
 //! runs afresh. What an answer looks like on the wire is the HTTP layer's to say (an
 //! [`Encode`]); this module keeps it as given.
 
+use std::time::Duration;
+
 use serde_json::Value;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
@@ -70,7 +72,15 @@ pub async fn place(
             Ok(false) => return first(Err(refused)),
             Err(e) => return first(Err(e.into())),
         }
-        return match begin(db, &key, &request.fingerprint(), encode).await {
+        return match begin(
+            db,
+            &key,
+            &request.fingerprint(),
+            encode,
+            shop.attempt_window(),
+        )
+        .await
+        {
             // Freed since it was known: the refusal stands, and like every refusal at
             // admission it leaves no key row.
             Ok(Begin::First(attempt)) => {
@@ -83,12 +93,23 @@ pub async fn place(
             begun => answer_begun(begun, first),
         };
     }
-    let attempt = match begin(db, &key, &request.fingerprint(), encode).await {
+    let attempt = match begin(
+        db,
+        &key,
+        &request.fingerprint(),
+        encode,
+        shop.attempt_window(),
+    )
+    .await
+    {
         Ok(Begin::First(attempt)) => attempt,
         begun => return answer_begun(begun, first),
     };
     let answer = match admitted {
-        Ok(admitted) => shop.place(admitted, Some(&key), client_gone).await,
+        Ok(admitted) => {
+            shop.place(admitted, Some((&key, attempt)), client_gone)
+                .await
+        }
         Err(e) => Err(e),
     };
     let transient = answer.as_ref().is_err_and(Error::is_transient);
@@ -145,7 +166,8 @@ struct KeyRow {
     response: Option<String>,
     /// The order the key placed, as soon as its row exists.
     order_id: Option<Uuid>,
-    /// Older than a minute: long enough that a request without an order was abandoned.
+    /// Past its attempt's deadline (the request timeout plus a margin; a minute for rows
+    /// from before deadlines were kept) without an order: abandoned, a retry takes it over.
     stale: bool,
     /// The attempt that holds the key (none on rows from before attempts were recorded).
     attempt: Option<Uuid>,
@@ -164,16 +186,19 @@ async fn begin(
     key: &str,
     fingerprint: &Value,
     encode: Encode,
+    window: Duration,
 ) -> Result<Begin, sqlx::Error> {
     // Twice at most: a key freed below (its order sold nothing) is taken afresh.
     for _ in 0..2 {
         let attempt = Uuid::new_v4();
         let inserted = sqlx::query!(
-            "INSERT INTO idempotency_keys (key, request, attempt) VALUES ($1, $2, $3)
+            "INSERT INTO idempotency_keys (key, request, attempt, deadline)
+             VALUES ($1, $2, $3, now() + make_interval(secs => $4))
              ON CONFLICT (key) DO NOTHING",
             key,
             fingerprint,
-            attempt
+            attempt,
+            window.as_secs_f64()
         )
         .execute(db)
         .await?;
@@ -183,7 +208,7 @@ async fn begin(
         let row = sqlx::query_as!(
             KeyRow,
             r#"SELECT request, status_code, response, order_id, attempt,
-                      created_at < now() - interval '1 minute' AS "stale!"
+                      COALESCE(deadline, created_at + interval '1 minute') < now() AS "stale!"
                FROM idempotency_keys WHERE key = $1"#,
             key
         )
@@ -217,8 +242,9 @@ async fn begin(
             }
         }
         if row.stale {
-            // No answer and no order after a minute: abandoned before it did anything.
-            // Forget it and take the key afresh.
+            // No answer and no order past its attempt's deadline: abandoned before it did
+            // anything (or too slow to do anything now: its key is no longer its own, so its
+            // lock cycle will sell nothing). Forget it and take the key afresh.
             forget(db, key, None).await?;
             continue;
         }

@@ -1,9 +1,17 @@
-//! The simulated payment provider: a configurable delay and decline rate, standing in for a
-//! real gateway so the order flow has its third step and its failure path.
+//! The payment provider, as the shop reaches it: over HTTP, at `--payment-url` (in tests and
+//! the demo, `seckill-provider`, a separate process with its own ledger; in production, where
+//! a real gateway's client would plug in). Requests are Stripe-shaped and idempotent: every
+//! charge carries its intent's key, and a retry — after a timeout, a 5xx, a dropped
+//! connection — goes out under the same key, so the provider charges at most once.
+//!
+//! An answer that never came is not a decline: [`Unknown`] says so, and the caller leaves the
+//! intent pending for the sweep, which asks again under the same key.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use tokio::time::Instant;
 
 use crate::telemetry::metrics;
 
@@ -12,60 +20,117 @@ pub const PAYMENT_SEMAPHORE: &str = "payment";
 
 #[derive(Clone, Debug)]
 pub struct Provider {
-    /// How long a charge takes.
-    pub latency: Duration,
-    /// Share of charges declined, 0.0 to 1.0.
-    pub failure_rate: f64,
+    http: reqwest::Client,
+    /// e.g. `http://127.0.0.1:8090`
+    url: String,
+    /// How long one request may take before it is retried (under the same key).
+    pub timeout: Duration,
 }
 
-/// The provider's answer to one charge, with when it started and ended at the provider:
-/// kept with the payment, they give the provider's concurrency after the fact (a test
-/// checks `--payment-concurrency` with them).
-#[derive(Debug)]
+/// The provider's answer to one charge: when it started and ended there, kept with the
+/// payment (a test checks `--payment-concurrency` with them).
+#[derive(Clone, Debug, Deserialize)]
 pub struct Charge {
-    pub approved: bool,
+    /// `succeeded` or `declined`.
+    status: String,
     pub reference: String,
     pub started_at: DateTime<Utc>,
     pub ended_at: DateTime<Utc>,
 }
 
-impl Provider {
-    pub async fn charge(&self, amount_cents: i64) -> Charge {
-        let started_at = Utc::now();
-        metrics::payments_in_flight(1.0);
-        if !self.latency.is_zero() {
-            tokio::time::sleep(self.latency).await;
-        }
-        metrics::payments_in_flight(-1.0);
-        let reference = format!("sim_{:016x}", fastrand::u64(..));
-        tracing::debug!(amount_cents, %reference, "simulated charge");
-        Charge {
-            // `<` so that rate 0.0 never declines and 1.0 always does.
-            approved: fastrand::f64() >= self.failure_rate,
-            reference,
-            started_at,
-            ended_at: Utc::now(),
-        }
+impl Charge {
+    pub fn approved(&self) -> bool {
+        self.status == "succeeded"
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The provider's answer did not arrive (timeout, connection lost, 5xx until the deadline):
+/// the charge may or may not have been made.
+#[derive(Debug, thiserror::Error)]
+#[error("the payment provider's answer is unknown: {0}")]
+pub struct Unknown(String);
 
-    #[tokio::test]
-    async fn rates_zero_and_one_are_exact() {
-        let always = Provider {
-            latency: Duration::ZERO,
-            failure_rate: 0.0,
-        };
-        let never = Provider {
-            latency: Duration::ZERO,
-            failure_rate: 1.0,
-        };
-        for _ in 0..100 {
-            assert!(always.charge(100).await.approved);
-            assert!(!never.charge(100).await.approved);
+impl Provider {
+    pub fn new(url: &str, timeout: Duration) -> anyhow::Result<Provider> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .build()?;
+        Ok(Provider {
+            http,
+            url: url.trim_end_matches('/').to_string(),
+            timeout,
+        })
+    }
+
+    /// Charges `amount_cents` under `key`, retrying under the same key until `deadline`.
+    pub async fn charge(
+        &self,
+        key: &str,
+        amount_cents: i64,
+        deadline: Instant,
+    ) -> Result<Charge, Unknown> {
+        metrics::payments_in_flight(1.0);
+        let answer = self
+            .retry(deadline, || {
+                self.http
+                    .post(format!("{}/v1/charges", self.url))
+                    .header("Idempotency-Key", key)
+                    .json(&serde_json::json!({ "amount_cents": amount_cents }))
+            })
+            .await;
+        metrics::payments_in_flight(-1.0);
+        match answer? {
+            Some(charge) => Ok(charge),
+            None => Err(Unknown(format!(
+                "the provider has no charge under {key} after a POST"
+            ))),
+        }
+    }
+
+    /// The charge made under `key`, if any (`None`: nothing was charged under it).
+    pub async fn lookup(&self, key: &str, deadline: Instant) -> Result<Option<Charge>, Unknown> {
+        self.retry(deadline, || {
+            self.http.get(format!("{}/v1/charges/{key}", self.url))
+        })
+        .await
+    }
+
+    /// Sends the request until the provider answers with a charge (or says it has none),
+    /// while `deadline` allows another try.
+    async fn retry(
+        &self,
+        deadline: Instant,
+        request: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<Option<Charge>, Unknown> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Unknown("no answer before the deadline".into()));
+            }
+            let last = match self.once(request().timeout(self.timeout.min(left))).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => e,
+            };
+            tracing::debug!(error = %last, "payment provider did not answer; retrying under the same key");
+            if Instant::now() + pause >= deadline {
+                return Err(Unknown(last));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn once(&self, request: reqwest::RequestBuilder) -> Result<Option<Charge>, String> {
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        match response.status().as_u16() {
+            200 => response
+                .json::<Charge>()
+                .await
+                .map(Some)
+                .map_err(|e| format!("reading the answer: {e}")),
+            404 => Ok(None),
+            status => Err(format!("answered {status}")),
         }
     }
 }

@@ -39,9 +39,16 @@ impl Application {
         );
         anyhow::ensure!(
             config.payment_concurrency == 0
-                || Duration::from_millis(config.payment_latency_ms) + crate::orders::ANSWER_MARGIN
-                    < config.request_timeout(),
-            "with --payment-concurrency, --payment-latency-ms plus 1 s must be below --request-timeout-ms: a charge must fit in its request after its wait for a lease"
+                || config.payment_timeout() + orders::ANSWER_MARGIN < config.request_timeout(),
+            "with --payment-concurrency, --payment-timeout-ms plus 1 s must be below --request-timeout-ms: a charge must fit in its request after its wait for a lease"
+        );
+        // An order in flight at SIGTERM finishes within its request's time and the margin
+        // it keeps for recording; a shorter grace would cut it off half way (its intent then
+        // waits for the sweep of another instance, or of this one's next start).
+        anyhow::ensure!(
+            Duration::from_millis(config.shutdown_grace_ms)
+                >= config.request_timeout() + orders::ANSWER_MARGIN * 2,
+            "--shutdown-grace-ms must be at least --request-timeout-ms plus 2 s: an order in flight at shutdown must be able to finish"
         );
         let options = PgConnectOptions::from_str(&config.database_url)
             .context("parsing --database-url")?
@@ -90,10 +97,8 @@ impl Application {
         let events = Events::start(db.clone(), zk.clone(), sold_out.clone())
             .await
             .context("listening for stock events")?;
-        let payment = Provider {
-            latency: Duration::from_millis(config.payment_latency_ms),
-            failure_rate: config.payment_failure_rate,
-        };
+        let payment = Provider::new(&config.payment_url, config.payment_timeout())
+            .context("building the payment provider's client")?;
         let tasks = TaskTracker::new();
         let catalog = Catalog::default();
         let teaching = Teaching::new(

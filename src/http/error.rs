@@ -74,7 +74,7 @@ pub struct ErrorBody<'a> {
 }
 
 /// Every code an answer can carry, in the README's order.
-pub const CODES: [&str; 28] = [
+pub const CODES: [&str; 29] = [
     "invalid_request",
     "unauthorized",
     "payment_failed",
@@ -101,6 +101,7 @@ pub const CODES: [&str; 28] = [
     "lock_timeout",
     "lock_lost",
     "payment_busy",
+    "outcome_pending",
     "unavailable",
     "internal",
 ];
@@ -122,9 +123,11 @@ pub fn status_of(error: &Error) -> StatusCode {
         | IdempotencyInProgress => StatusCode::CONFLICT,
         IdempotencyMismatch | Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
         TooBusy => StatusCode::TOO_MANY_REQUESTS,
-        LockTimeout { .. } | LockLost { .. } | PaymentBusy { .. } | Unavailable(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        LockTimeout { .. }
+        | LockLost { .. }
+        | PaymentBusy { .. }
+        | OutcomePending { .. }
+        | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -249,6 +252,7 @@ mod tests {
             Error::LockTimeout { order_id: None },
             Error::LockLost { order_id: None },
             Error::PaymentBusy { order_id: id },
+            Error::OutcomePending { order_id: Some(id) },
             Error::NoSemaphore,
             Error::Unavailable(anyhow::anyhow!("x")),
             Error::Internal(anyhow::anyhow!("x")),
@@ -286,6 +290,7 @@ mod tests {
             Error::LockTimeout { order_id: Some(id) },
             Error::LockLost { order_id: None },
             Error::PaymentBusy { order_id: id },
+            Error::OutcomePending { order_id: Some(id) },
             Error::Unavailable(anyhow::anyhow!("db down")),
         ] {
             let code = err.code();

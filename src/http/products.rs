@@ -134,11 +134,15 @@ async fn restock(
     require_admin(&state.config, &headers)?;
     let product = find(&state, &id).await?;
     let config = &state.config;
+    let served = inventory::Product {
+        guard: product.guard.served(config.allow_unsafe_guards),
+        ..product
+    };
     inventory::restock(
         &state.db,
         &state.zk,
         &state.sold_out,
-        &product,
+        &served,
         restock.quantity,
         config.lock_timeout(),
         config.stock_think(),

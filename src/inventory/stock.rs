@@ -214,8 +214,14 @@ pub async fn read_stock(
 
 impl StockRead {
     /// Writes the stock read-check-write decided on. `None` if a newer holder claimed the row
-    /// since our claim, or the terms changed since our read: nothing is written (the
-    /// transaction rolls back when dropped).
+    /// since our claim, the terms changed since our read, or (under a token) the stock is no
+    /// longer what we read: nothing is written (the transaction rolls back when dropped).
+    ///
+    /// Under a token the write is a compare-and-set on the stock read: two transactions
+    /// under one token (an owner's re-entries) can both read, and without it the second
+    /// write would overwrite the first with a value computed from a stale read. Without a
+    /// token it is not: `pg-atomic` holds the row lock from its read, and `none` exists to
+    /// show that lost update.
     pub async fn write(
         mut self,
         next: i32,
@@ -230,12 +236,14 @@ impl StockRead {
              WHERE id = $1
                AND (($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))
                AND p.terms_version = $5
+               AND ($2::BIGINT IS NULL OR p.stock = $6)
              RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
             self.product_id,
             self.claim.map(|c| c.epoch),
             self.claim.map(|c| c.zxid),
             next,
-            self.terms.terms_version
+            self.terms.terms_version,
+            self.stock
         )
         .fetch_optional(&mut *self.tx)
         .await?;
@@ -253,19 +261,27 @@ pub async fn change_stock(
     protection: Protection,
     pause: impl Future<Output = ()> + Send,
 ) -> Result<Outcome, sqlx::Error> {
-    let read = match read_stock(db, product_id, protection, &[]).await? {
-        Read::Ready(read) => read,
-        Read::Fenced => return Ok(Outcome::Fenced),
-    };
-    pause.await;
-    let Some(next) = next_stock(read.stock, change) else {
-        let stock = read.stock;
-        return Ok(Outcome::Insufficient { tx: read.tx, stock });
-    };
-    Ok(match read.write(next).await? {
-        Some(tx) => Outcome::Applied(tx),
-        None => Outcome::Fenced,
-    })
+    let mut pause = Some(pause);
+    // A write refused while the row is still ours means the stock moved under our token
+    // (another transaction of the same owner): read again and redo the change on what is
+    // there now. A lost fence shows at the next read.
+    for _ in 0..8 {
+        let read = match read_stock(db, product_id, protection, &[]).await? {
+            Read::Ready(read) => read,
+            Read::Fenced => return Ok(Outcome::Fenced),
+        };
+        if let Some(pause) = pause.take() {
+            pause.await;
+        }
+        let Some(next) = next_stock(read.stock, change) else {
+            let stock = read.stock;
+            return Ok(Outcome::Insufficient { tx: read.tx, stock });
+        };
+        if let Some(tx) = read.write(next).await? {
+            return Ok(Outcome::Applied(tx));
+        }
+    }
+    Ok(Outcome::Fenced)
 }
 
 /// The ordinary pause: sleep `think` (nothing when it is zero).

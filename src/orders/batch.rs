@@ -3,7 +3,7 @@
 //! one stock write, one statement for every order row, the buyers' units and their keys, one
 //! commit. A lone order is a batch of one; so is every order of a per-request product.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,6 +13,8 @@ use super::store::{self, Row};
 use crate::error::Error;
 use crate::inventory::{self, Protection, Read, Terms};
 use crate::teaching::Pause;
+use sqlx::PgConnection;
+use uuid::Uuid;
 
 /// What the check of read-check-write decided for one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +31,9 @@ pub enum Verdict {
     /// More units than the product's `max_per_order`: possible only when the terms changed
     /// between the order's checks and its lock cycle.
     TooMany,
+    /// Its Idempotency-Key was taken over by a later attempt (this one ran past its
+    /// deadline): the later attempt decides the key's order, this one sells nothing.
+    Superseded,
 }
 
 impl Verdict {
@@ -40,7 +45,7 @@ impl Verdict {
 }
 
 /// Decides every order of a batch in arrival order, exactly as each would be decided alone
-/// one after the other: the quantity against the terms' cap, the buyer's limit (counting what earlier orders of the batch
+/// one after the other: its key still its own, the quantity against the terms' cap, the buyer's limit (counting what earlier orders of the batch
 /// gave them), then, for a reservation without payment, the room left for unpaid units
 /// (`unpaid_room`), then the stock left by earlier orders. Returns the verdicts and the
 /// stock after them.
@@ -50,6 +55,7 @@ pub fn decide(
     per_user_limit: i32,
     mut unpaid_room: i32,
     held: &HashMap<String, i32>,
+    superseded: &HashSet<Uuid>,
     tickets: &[Ticket],
 ) -> (Vec<Verdict>, i32) {
     let mut left = stock;
@@ -60,7 +66,9 @@ pub fn decide(
             let has = holding
                 .entry(&t.user_id)
                 .or_insert_with(|| held.get(&t.user_id).copied().unwrap_or(0));
-            if t.quantity > max_per_order {
+            if superseded.contains(&t.id) {
+                Verdict::Superseded
+            } else if t.quantity > max_per_order {
                 Verdict::TooMany
             } else if *has + t.quantity > per_user_limit {
                 Verdict::Limit
@@ -102,11 +110,12 @@ pub async fn serve(
     pause: Pause,
 ) -> Result<Served, Error> {
     let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
-    let read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
+    let mut read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
         Read::Ready(read) => read,
         Read::Fenced => return Err(Error::LockLost { order_id: None }),
     };
     pause.await;
+    let superseded = superseded(&mut read.tx, tickets).await?;
     // The row's terms, not the cached ones: a change of terms since the orders' checks is
     // decided on here (their price, their cap, the buyer's limit, the reservation time).
     let terms = shop.catalog.current(terms, &read.terms);
@@ -132,6 +141,7 @@ pub async fn serve(
         terms.per_user_limit,
         unpaid_room,
         &read.held,
+        &superseded,
         tickets,
     );
     let Some(mut tx) = read.write(left).await? else {
@@ -173,7 +183,16 @@ pub async fn serve(
         }
         Err(e) => return Err(e.into()),
     };
-    tx.commit().await?;
+    if let Err(e) = tx.commit().await {
+        let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
+        let deadline =
+            tickets.iter().map(|t| t.placed).min().unwrap_or(acquired) + shop.rules.request_timeout;
+        if ids.is_empty() || !landed(shop, &ids, e, deadline).await? {
+            return Err(Error::Unavailable(anyhow::anyhow!(
+                "the lock cycle's commit failed"
+            )));
+        }
+    }
     let mut written = orders.into_iter();
     let orders = verdicts
         .iter()
@@ -184,6 +203,7 @@ pub async fn serve(
                 "quantity must be at most {} for this product (its terms changed)",
                 terms.max_per_order
             ))),
+            Verdict::Superseded => Err(Error::IdempotencyInProgress),
             _ => Ok(written.next().expect("a row per written verdict")),
         })
         .collect();
@@ -193,6 +213,54 @@ pub async fn serve(
     })
 }
 
+/// The orders whose Idempotency-Key a later attempt has taken over; the others' keys are
+/// locked until this transaction ends, so none can be taken over before their orders are
+/// written (or not).
+async fn superseded(conn: &mut PgConnection, tickets: &[Ticket]) -> Result<HashSet<Uuid>, Error> {
+    let (keys, attempts): (Vec<&str>, Vec<Uuid>) = tickets
+        .iter()
+        .filter_map(|t| Some((t.key.as_deref()?, t.attempt?)))
+        .unzip();
+    if keys.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let held: HashSet<String> = store::held_keys(conn, &keys, &attempts)
+        .await?
+        .into_iter()
+        .collect();
+    Ok(tickets
+        .iter()
+        .filter(|t| t.key.as_ref().is_some_and(|key| !held.contains(key)))
+        .map(|t| t.id)
+        .collect())
+}
+
+/// A commit that answered with an error may have committed all the same (its answer was
+/// lost): read back whether the batch's orders exist, until `deadline`. `Ok(true)`: it
+/// committed, carry on with what was written (never write `failed` over it); `Ok(false)`:
+/// nothing was written; an error: it cannot be known yet (503 `outcome_pending`, each order
+/// named: a committed `paying` order's intent is settled by the sweep).
+async fn landed(
+    shop: &Shop,
+    ids: &[Uuid],
+    commit: sqlx::Error,
+    deadline: Instant,
+) -> Result<bool, Error> {
+    tracing::warn!(orders = ids.len(), error = %commit, "a lock cycle's commit did not answer; reading back whether it committed");
+    let mut pause = std::time::Duration::from_millis(50);
+    loop {
+        match store::committed(&shop.db, ids).await {
+            Ok(committed) => return Ok(committed),
+            Err(e) if Instant::now() + pause < deadline => {
+                tracing::debug!(error = %e, "reading back a commit failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            }
+            Err(_) => return Err(Error::OutcomePending { order_id: None }),
+        }
+    }
+}
+
 /// What an order costs under `terms` (bounded: price and quantity are both capped).
 fn price(ticket: &Ticket, terms: &Terms) -> i64 {
     terms.price_cents.saturating_mul(i64::from(ticket.quantity))
@@ -200,8 +268,6 @@ fn price(ticket: &Ticket, terms: &Terms) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use uuid::Uuid;
-
     use super::*;
 
     fn ticket(user: &str, quantity: i32) -> Ticket {
@@ -212,6 +278,7 @@ mod tests {
             amount_cents: 100,
             pay: true,
             key: None,
+            attempt: None,
             placed: Instant::now(),
         }
     }
@@ -225,7 +292,15 @@ mod tests {
             ticket("c", 1),
             ticket("d", 1),
         ];
-        let (verdicts, left) = decide(3, i32::MAX, 5, i32::MAX, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(
+            3,
+            i32::MAX,
+            5,
+            i32::MAX,
+            &HashMap::new(),
+            &HashSet::new(),
+            &tickets,
+        );
         use Verdict::*;
         assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);
         assert_eq!(left, 0);
@@ -234,7 +309,15 @@ mod tests {
     #[test]
     fn one_buyer_twice_in_a_batch_gets_no_more_than_the_limit() {
         let tickets = [ticket("a", 1), ticket("a", 1), ticket("b", 1)];
-        let (verdicts, left) = decide(10, i32::MAX, 1, i32::MAX, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(
+            10,
+            i32::MAX,
+            1,
+            i32::MAX,
+            &HashMap::new(),
+            &HashSet::new(),
+            &tickets,
+        );
         assert_eq!(verdicts, [Verdict::Take, Verdict::Limit, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -243,9 +326,17 @@ mod tests {
     fn what_a_buyer_already_holds_counts_against_the_limit() {
         let held = HashMap::from([("a".to_string(), 2)]);
         let tickets = [ticket("a", 1), ticket("b", 3)];
-        let (verdicts, left) = decide(10, i32::MAX, 3, i32::MAX, &held, &tickets);
+        let (verdicts, left) = decide(10, i32::MAX, 3, i32::MAX, &held, &HashSet::new(), &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Take]);
-        let (verdicts, _) = decide(10, i32::MAX, 2, i32::MAX, &held, &tickets[..1]);
+        let (verdicts, _) = decide(
+            10,
+            i32::MAX,
+            2,
+            i32::MAX,
+            &held,
+            &HashSet::new(),
+            &tickets[..1],
+        );
         assert_eq!(verdicts, [Verdict::Limit], "2 held, limit 2");
         assert_eq!(left, 6);
     }
@@ -260,6 +351,7 @@ mod tests {
             1,
             i32::MAX,
             &held,
+            &HashSet::new(),
             &[ticket("a", 1), ticket("b", 1)],
         );
         assert_eq!(verdicts, [Verdict::Limit, Verdict::SoldOut]);
@@ -273,7 +365,15 @@ mod tests {
             ..ticket(user, 1)
         };
         let tickets = [unpaid("a"), unpaid("b"), ticket("c", 1), unpaid("d")];
-        let (verdicts, left) = decide(10, i32::MAX, 1, 2, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(
+            10,
+            i32::MAX,
+            1,
+            2,
+            &HashMap::new(),
+            &HashSet::new(),
+            &tickets,
+        );
         use Verdict::*;
         assert_eq!(verdicts, [Take, Take, Take, Unpaid]);
         assert_eq!(left, 7);
@@ -282,7 +382,15 @@ mod tests {
     #[test]
     fn an_order_over_the_changed_cap_is_refused_and_takes_nothing() {
         let tickets = [ticket("a", 3), ticket("b", 2)];
-        let (verdicts, left) = decide(10, 2, 5, i32::MAX, &HashMap::new(), &tickets);
+        let (verdicts, left) = decide(
+            10,
+            2,
+            5,
+            i32::MAX,
+            &HashMap::new(),
+            &HashSet::new(),
+            &tickets,
+        );
         assert_eq!(verdicts, [Verdict::TooMany, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -306,6 +414,7 @@ mod tests {
                 rng.i32(1..5),
                 room,
                 &HashMap::new(),
+                &HashSet::new(),
                 &tickets,
             );
             let unpaid: i32 = tickets

@@ -191,7 +191,11 @@ pub(super) async fn run(
                 error = e.code(),
                 "lock cycle sold nothing"
             );
-            store::ended(&shop.db, terms, &all, OrderStatus::Failed, Some(e.code())).await;
+            // An outcome not known (a commit whose answer was lost) may have written the
+            // orders: write nothing over them.
+            if !matches!(e, Error::OutcomePending { .. }) {
+                store::ended(&shop.db, terms, &all, OrderStatus::Failed, Some(e.code())).await;
+            }
             for (ticket, reply) in tickets.iter().zip(replies) {
                 let _ = reply.send(Err(e.again_for(ticket.id)));
             }

@@ -31,11 +31,12 @@
 //! - [`batch`]: one lock cycle's decisions and writes.
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`sweep`]: the background pass that expires reservations and settles stale payments.
-//! - [`store`]: the order's SQL.
+//! - [`store`]: the order's SQL; `intents`: the payment intents' SQL.
 
 pub mod batch;
 pub mod combiner;
 pub mod cycle;
+mod intents;
 mod model;
 mod pay;
 mod place;
@@ -45,7 +46,7 @@ pub mod store;
 pub mod sweep;
 
 pub use model::{Answer, Order, OrderStatus, Ticket};
-pub use pay::ANSWER_MARGIN;
+pub use pay::{intent_key, ANSWER_MARGIN};
 pub use place::Admitted;
 pub use request::{NewOrder, OrderRequest};
 pub use shop::{Rules, Shop};

@@ -115,8 +115,11 @@ pub struct Ticket {
     pub amount_cents: i64,
     /// Pay at once (`paying` after the commit), or stop at `reserved`.
     pub pay: bool,
-    /// Its Idempotency-Key, which learns the order in the same transaction.
+    /// Its Idempotency-Key, which learns the order in the same transaction — only while
+    /// the key is still held by this order's attempt (`attempt`): a key taken over by a
+    /// later attempt (past this one's deadline) makes this order sell nothing.
     pub key: Option<String>,
+    pub attempt: Option<Uuid>,
     /// When it was placed: its time in the queue is measured from here.
     pub placed: Instant,
 }

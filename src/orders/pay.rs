@@ -1,45 +1,58 @@
-//! Step 5, paying — a batch's charges run concurrently after its commit, outside the lock,
-//! and are recorded in one statement — and the way back: a declined payment or an expired
-//! reservation returns its units through the same guard that took them.
+//! Step 5, paying — each charge of a batch runs on its own after the commit, outside the
+//! lock, and is recorded as its answer returns — and the way back: a declined payment or an
+//! expired reservation returns its units through the same guard that took them.
+//!
+//! A payment is an **intent** first: its row (`payments`, outcome still NULL) is committed
+//! before its charge is sent — for a `pay: true` order in its lock cycle's own commit, for a
+//! reservation with its claim — under a key the provider sees on every try (`seckill-{order
+//! id}`). An answer nobody heard (a timeout, a dropped connection, a crash, a database
+//! outage while recording) leaves the intent pending and the buyer is told so (503
+//! `outcome_pending`, with the order's id); the sweep then asks the provider under the same
+//! key and settles from its answer. Nothing is declared failed without the provider's word.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::anyhow;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::intents;
 use super::model::{Answer, Order, OrderStatus};
 use super::shop::Shop;
-use super::store::{self, advance, Payment};
+use super::store::{self, advance};
 use crate::error::Error;
 use crate::inventory::{self, Change, Outcome};
-use crate::lock::{LockError, Owner, Session};
+use crate::lock::{Lease, LockError, Owner, Session};
 use crate::payment::{Charge, PAYMENT_SEMAPHORE};
 use crate::telemetry::metrics;
 
-/// Pays a reservation. The order is first claimed (`reserved` → `paying`) only if its
-/// reservation is still running, in one conditional UPDATE; the expiry sweep moves
-/// `reserved` → `expired` with the opposite condition. PostgreSQL serialises the two on the
-/// order's row, so a payment racing the expiry ends in exactly one of them.
+/// The key a payment intent carries to the provider, on every try: one charge per order.
+pub fn intent_key(order_id: Uuid) -> String {
+    format!("seckill-{order_id}")
+}
+
 impl Shop {
     /// Pays a reservation (see [`pay`]).
     pub async fn pay(&self, id: Uuid) -> Result<Order, Error> {
         pay(self, id).await
     }
+
+    /// How long one attempt at an order may run: its request's time, and the margin it keeps
+    /// for recording and answering. An Idempotency-Key is "in progress" this long at most.
+    pub fn attempt_window(&self) -> Duration {
+        self.rules.request_timeout + ANSWER_MARGIN * 2
+    }
 }
 
+/// Pays a reservation. The order is first claimed (`reserved` → `paying`, with its intent)
+/// only if its reservation is still running, in one transaction; the expiry sweep moves
+/// `reserved` → `expired` with the opposite condition. PostgreSQL serialises the two on the
+/// order's row, so a payment racing the expiry ends in exactly one of them.
 async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
     let db = &shop.db;
-    let claimed: Option<Order> = sqlx::query_as!(
-        Order,
-        "UPDATE orders SET status = 'paying', updated_at = now()
-         WHERE id = $1 AND status = 'reserved' AND expires_at > now() RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
-        id,
-    )
-    .fetch_optional(db)
-    .await?;
+    let claimed = intents::claim_for_payment(db, id, &intent_key(id)).await?;
     let Some(order) = claimed else {
         let current = store::get(db, id).await?.ok_or(Error::OrderNotFound(id))?;
         return match current.status {
@@ -53,195 +66,162 @@ async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
         };
     };
     let deadline = Instant::now() + shop.rules.request_timeout;
-    settle(shop, vec![(order, deadline)])
-        .await
-        .pop()
-        .unwrap_or_else(|| Err(Error::Internal(anyhow!("a settled payment went missing"))))
+    settle(shop, order, deadline).await
 }
 
-/// Settles a batch's orders claimed for payment and answers each. Each order comes with
-/// its request's deadline, which bounds its wait for a payment lease.
+/// Settles a batch's orders claimed for payment and answers each as its own charge settles.
+/// Each order comes with its request's deadline.
 pub(super) async fn settle_and_answer(
     shop: Shop,
-    paying: Vec<(Order, oneshot::Sender<Answer>, Instant)>,
+    paying: Vec<(Order, oneshot::Sender<Answer>, std::time::Instant)>,
 ) {
-    let (orders, replies): (Vec<(Order, Instant)>, Vec<_>) = paying
-        .into_iter()
-        .map(|(order, reply, deadline)| ((order, deadline), reply))
-        .unzip();
-    for (answer, reply) in settle(&shop, orders).await.into_iter().zip(replies) {
-        let _ = reply.send(answer);
-    }
-}
-
-/// Charges orders claimed for payment (`paying`), all at once, and records every outcome in
-/// one statement: `paid`, or declined and the units back. One answer per order, in order.
-/// With `--payment-concurrency`, each charge first waits for a lease, until its deadline;
-/// an order that gets none is not charged and goes back to `reserved`.
-async fn settle(shop: &Shop, orders: Vec<(Order, Instant)>) -> Vec<Answer> {
-    let attempts = join_all(
-        orders
-            .iter()
-            .map(|(order, deadline)| charge(shop, order, *deadline)),
-    )
-    .await;
-    let orders: Vec<Order> = orders.into_iter().map(|(order, _)| order).collect();
-    let mut charged: Vec<(&Order, Charge)> = Vec::new();
-    // The orders not charged, by their place in `orders`, with their answers.
-    let mut answers: Vec<(usize, Answer)> = Vec::new();
-    let mut unclaimed = Vec::new();
-    for (at, (order, attempt)) in orders.iter().zip(attempts).enumerate() {
-        match attempt {
-            Ok(charge) => charged.push((order, charge)),
-            Err(e) => {
-                tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged, still reserved");
-                unclaimed.push(order.id);
-                let answer = match e {
-                    LockError::Timeout(_) | LockError::TooBusy => {
-                        Error::PaymentBusy { order_id: order.id }
-                    }
-                    other => {
-                        Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id))
-                    }
-                };
-                answers.push((at, Err(answer)));
-            }
-        }
-    }
-    if !unclaimed.is_empty() {
-        // Left `paying`, the sweep would settle them as failed in 5 minutes; as `reserved`
-        // they stay payable until their deadline.
-        if let Err(e) = store::unclaim(&shop.db, &unclaimed).await {
-            tracing::warn!(error = %e, "could not give uncharged orders back their reservation");
-            // Not payable again yet: say what is true (nothing charged, try again later).
-            for (_, answer) in &mut answers {
-                if let Err(Error::PaymentBusy { order_id }) = answer {
-                    let order_id = *order_id;
-                    *answer = Err(Error::Unavailable(anyhow!(
-                        "order {order_id}: not charged, and its reservation could not be restored yet"
-                    )));
-                }
-            }
-        }
-    }
-    let (orders, charges): (Vec<&Order>, Vec<Charge>) = charged.into_iter().unzip();
-    let payments: Vec<Payment> = orders
-        .iter()
-        .zip(&charges)
-        .map(|(order, charge)| Payment {
-            order_id: order.id,
-            amount_cents: order.amount_cents,
-            succeeded: charge.approved,
-            reference: &charge.reference,
-            started_at: charge.started_at,
-            ended_at: charge.ended_at,
-        })
-        .collect();
-    let mut settled = record_and_answer(shop, &orders, &payments)
-        .await
-        .into_iter();
-    let mut answers = answers.into_iter().peekable();
-    (0..orders.len() + unclaimed.len())
-        .map(|at| match answers.peek() {
-            Some((busy, _)) if *busy == at => answers.next().expect("peeked").1,
-            _ => settled.next().expect("an answer per charged order"),
-        })
-        .collect()
-}
-
-/// What a payment keeps of its request's time for answering after its wait for a lease:
-/// the buyer hears `payment_busy` from us, not a bare timeout. (Its request started a
-/// little before the order was placed: admission's checks.)
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
-
-/// One charge, under a payment lease when `--payment-concurrency` is set: the lease is
-/// waited for until `deadline` less the provider's own time and [`ANSWER_MARGIN`], so the
-/// answer still makes it within the request's time limit.
-async fn charge(shop: &Shop, order: &Order, deadline: Instant) -> Result<Charge, LockError> {
-    let max = shop.rules.payment_concurrency;
-    let _lease = if max > 0 {
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(shop.payment.latency + ANSWER_MARGIN);
-        let label = format!("order-{}", &order.id.simple().to_string()[..8]);
-        let lease = shop
-            .zk
-            .acquire_lease(PAYMENT_SEMAPHORE, max, &label, left)
-            .await?;
-        metrics::payment_lease(lease.waited);
-        Some(lease)
-    } else {
-        None
-    };
-    Ok(shop.payment.charge(order.amount_cents).await)
-}
-
-/// Records the charges' outcomes and answers each charged order.
-async fn record_and_answer(
-    shop: &Shop,
-    orders: &[&Order],
-    payments: &[Payment<'_>],
-) -> Vec<Answer> {
-    let recorded = record(shop, payments).await;
-    let unrecorded = recorded.is_err();
-    let mut paid: HashMap<Uuid, Order> = match recorded {
-        Ok(paid) => paid.into_iter().map(|o| (o.id, o)).collect(),
-        Err(e) => {
-            // Nothing recorded: charged orders stay `paying` (the sweep settles them); the
-            // declined ones still give their units back.
-            tracing::warn!(orders = orders.len(), error = %e, "could not record payments");
-            HashMap::new()
-        }
-    };
-    let answers = orders.iter().zip(payments).map(|(order, payment)| {
-        let paid = paid.remove(&order.id);
+    let settled = paying.into_iter().map(|(order, reply, deadline)| {
+        let shop = &shop;
         async move {
-            if !payment.succeeded {
-                give_back(shop, order).await;
-                return Err(Error::PaymentFailed { order_id: order.id });
-            }
-            match paid {
-                Some(paid) => Ok(paid),
-                None if unrecorded => Err(Error::Unavailable(anyhow!(
-                    "the payment of order {} could not be recorded",
-                    order.id
-                ))),
-                // Moved on under us (settled by a sweep as abandoned): answer it as it is.
-                None => match store::get(&shop.db, order.id).await {
-                    Ok(Some(current)) if current.status == OrderStatus::Paid => Ok(current),
-                    Ok(_) => Err(Error::NotPayable { order_id: order.id }),
-                    Err(e) => Err(e.into()),
-                },
-            }
+            let _ = reply.send(settle(shop, order, Instant::from_std(deadline)).await);
         }
     });
-    join_all(answers).await
+    join_all(settled).await;
 }
 
-/// Records the charges' outcomes, retrying through a database outage for up to a minute:
-/// the provider has answered, so its answer must reach the order. Left unrecorded, a charged
-/// order would wait in `paying` for the sweep, which finds no succeeded payment and returns
-/// its units: the buyer charged, the order failed.
-async fn record(shop: &Shop, payments: &[Payment<'_>]) -> Result<Vec<Order>, sqlx::Error> {
-    let mut pause = Duration::from_millis(100);
-    let mut waited = Duration::ZERO;
-    loop {
-        match store::record_payments(&shop.db, payments).await {
-            Err(e) if waited < Duration::from_secs(60) => {
-                tracing::warn!(orders = payments.len(), error = %e, "recording payments failed; retrying");
-                tokio::time::sleep(pause).await;
-                waited += pause;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            done => return done,
+/// What a payment keeps of its request's time for answering: the buyer hears the outcome
+/// (or `payment_busy`, or `outcome_pending`) from us, not a bare timeout. (Its request
+/// started a little before the order was placed: admission's checks.)
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
+/// One order claimed for payment (`paying`, its intent pending): a lease if payments are
+/// bounded, the charge (retried under its key until the deadline), its outcome recorded.
+async fn settle(shop: &Shop, order: Order, deadline: Instant) -> Answer {
+    let lease = match lease(shop, &order, deadline - ANSWER_MARGIN).await {
+        Ok(lease) => lease,
+        Err(e) => return unclaim(shop, &order, e).await,
+    };
+    // At least one whole try, even for an order whose request has already timed out (its
+    // buyer learns the outcome by retrying the key): the sooner it is known, the better.
+    let charge_by = (deadline - ANSWER_MARGIN).max(Instant::now() + shop.payment.timeout);
+    let key = intent_key(order.id);
+    let charged = shop
+        .payment
+        .charge(&key, order.amount_cents, charge_by)
+        .await;
+    drop(lease);
+    match charged {
+        Ok(charge) => record(shop, &order, &charge, deadline).await,
+        Err(unknown) => {
+            tracing::warn!(order = %order.id, error = %unknown, "payment outcome unknown; the intent stays pending for the sweep");
+            metrics::payment_outcome("unknown");
+            Err(Error::OutcomePending {
+                order_id: Some(order.id),
+            })
         }
+    }
+}
+
+/// A payment lease when `--payment-concurrency` is set, waited for until `charge_by` less
+/// one try at the provider, so the charge still fits in its request.
+async fn lease(shop: &Shop, order: &Order, charge_by: Instant) -> Result<Option<Lease>, LockError> {
+    let max = shop.rules.payment_concurrency;
+    if max == 0 {
+        return Ok(None);
+    }
+    let left = charge_by
+        .saturating_duration_since(Instant::now())
+        .saturating_sub(shop.payment.timeout);
+    let label = format!("order-{}", &order.id.simple().to_string()[..8]);
+    let lease = shop
+        .zk
+        .acquire_lease(PAYMENT_SEMAPHORE, max, &label, left)
+        .await?;
+    metrics::payment_lease(lease.waited);
+    Ok(Some(lease))
+}
+
+/// No lease before the deadline: nothing was sent, so the intent goes and the order goes
+/// back to its reservation (`paying` → `reserved`), payable later — if the product's unpaid
+/// reservations have room for it (`--max-unpaid-share`); if not, its units go back on sale
+/// (`failed`) rather than past the cap.
+async fn unclaim(shop: &Shop, order: &Order, e: LockError) -> Answer {
+    tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged");
+    let share = shop.rules.max_unpaid_share;
+    match intents::unclaim(&shop.db, order.id, &intent_key(order.id), share).await {
+        Ok(true) => Err(match e {
+            LockError::Timeout(_) | LockError::TooBusy => Error::PaymentBusy { order_id: order.id },
+            other => Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id)),
+        }),
+        Ok(false) => {
+            // Not room for another unpaid reservation: give the units back instead.
+            let released = release(shop, order, OrderStatus::Paying, OrderStatus::Failed, None);
+            match released.await {
+                Ok(_) => Err(Error::TooManyUnpaid),
+                Err(e) => Err(Error::Unavailable(e.context(format!(
+                    "order {}: not charged, and its units could not be returned yet",
+                    order.id
+                )))),
+            }
+        }
+        Err(e) => {
+            tracing::warn!(order = %order.id, error = %e, "could not give an uncharged order back its reservation");
+            // Not payable again yet: say what is true (nothing charged, try again later).
+            Err(Error::Unavailable(anyhow!(
+                "order {}: not charged, and its reservation could not be restored yet",
+                order.id
+            )))
+        }
+    }
+}
+
+/// Records the provider's answer on the intent and the order, retrying through a database
+/// outage until the request's deadline (then the intent stays pending: the sweep records it
+/// from the provider's ledger), and answers the buyer.
+pub(super) async fn record(
+    shop: &Shop,
+    order: &Order,
+    charge: &Charge,
+    deadline: Instant,
+) -> Answer {
+    let key = intent_key(order.id);
+    let mut pause = Duration::from_millis(50);
+    let recorded = loop {
+        match intents::record_payment(&shop.db, order, &key, charge).await {
+            Err(e) if Instant::now() + pause < deadline => {
+                tracing::warn!(order = %order.id, error = %e, "recording a payment failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            done => break done,
+        }
+    };
+    let paid = match recorded {
+        Ok(paid) => paid,
+        Err(e) => {
+            tracing::warn!(order = %order.id, error = %e, "payment not recorded; the intent stays pending for the sweep");
+            return Err(Error::OutcomePending {
+                order_id: Some(order.id),
+            });
+        }
+    };
+    if !charge.approved() {
+        metrics::payment_outcome("declined");
+        give_back(shop, order).await;
+        return Err(Error::PaymentFailed { order_id: order.id });
+    }
+    metrics::payment_outcome("succeeded");
+    match paid {
+        Some(paid) => Ok(paid),
+        // Moved on under us (settled by a sweep): answer it as it is.
+        None => match store::get(&shop.db, order.id).await {
+            Ok(Some(current)) if current.status == OrderStatus::Paid => Ok(current),
+            Ok(_) => Err(Error::NotPayable { order_id: order.id }),
+            Err(e) => Err(e.into()),
+        },
     }
 }
 
 /// A declined payment gives the units back. Retried a few times: if it still cannot (lock
 /// queue jammed, database down) the order stays `paying` — the audit stays balanced, the
-/// units are just not back on sale yet; the sweep's stale-payment pass retries it.
-async fn give_back(shop: &Shop, order: &Order) {
+/// units are just not back on sale yet; the sweep's payment pass retries it (the intent
+/// says `failed`).
+pub(super) async fn give_back(shop: &Shop, order: &Order) {
     for attempt in 1..=3 {
         match release(
             shop,
@@ -274,8 +254,7 @@ pub(super) async fn release(
     owner: Option<&Owner>,
 ) -> anyhow::Result<bool> {
     let product = shop
-        .catalog
-        .terms(&shop.db, order.product_id)
+        .terms(order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
     let (lock, protection) = inventory::enter_as(

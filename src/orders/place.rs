@@ -54,8 +54,7 @@ impl Shop {
             return Err(Error::SoldOut { order_id: None });
         }
         let mut terms = self
-            .catalog
-            .terms(&self.db, product_id)
+            .terms(product_id)
             .await?
             .ok_or(Error::UnknownProduct(product_id))?;
         // A refusal on this instance's copy of the terms is checked against the row first:
@@ -93,7 +92,9 @@ impl Shop {
     /// The product's terms from its row (see [`inventory::Catalog::reload`]).
     async fn fresh_terms(&self, id: i64) -> Result<Arc<Terms>, Error> {
         let terms = self.catalog.reload(&self.db, id).await?;
-        terms.ok_or(Error::UnknownProduct(id))
+        terms
+            .map(|terms| self.served(terms))
+            .ok_or(Error::UnknownProduct(id))
     }
 
     /// Whether this instance has room for one more order of the product (the queue checks
@@ -109,14 +110,14 @@ impl Shop {
         }
     }
 
-    /// Runs an admitted order to its answer. `key`, its Idempotency-Key, learns the order in
-    /// the transaction that writes it. `client_gone` resolves if the HTTP client disconnects:
+    /// Runs an admitted order to its answer. `key`, its Idempotency-Key with the attempt that
+    /// holds it, learns the order in the transaction that writes it. `client_gone` resolves if the HTTP client disconnects:
     /// it is honoured only while the order waits for its lock cycle; once served, the order
     /// runs to a final status whether anyone listens or not.
     pub async fn place(
         &self,
         admitted: Admitted,
-        key: Option<&str>,
+        key: Option<(&str, Uuid)>,
         client_gone: oneshot::Receiver<()>,
     ) -> Answer {
         let Admitted {
@@ -132,7 +133,8 @@ impl Shop {
             quantity,
             amount_cents,
             pay,
-            key: key.map(str::to_string),
+            key: key.map(|(key, _)| key.to_string()),
+            attempt: key.map(|(_, attempt)| attempt),
             placed: Instant::now(),
         };
         let span = tracing::info_span!("order", order_id = %ticket.id, product = terms.id);

@@ -2,6 +2,7 @@
 //! The order's way through it is in `place` (admission, queueing) and `cycle` (the lock
 //! cycles); this file holds only what every step reaches for.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -36,6 +37,8 @@ pub struct Rules {
     pub max_unpaid_share: f64,
     /// Charges in flight at the provider across instances (`--payment-concurrency`; 0: any).
     pub payment_concurrency: usize,
+    /// Whether `none` products sell unguarded here (`--allow-unsafe-guards`).
+    pub allow_unsafe_guards: bool,
 }
 
 impl Rules {
@@ -47,6 +50,7 @@ impl Rules {
             max_waiters_per_product: config.max_waiters_per_product,
             max_unpaid_share: config.max_unpaid_share,
             payment_concurrency: config.payment_concurrency,
+            allow_unsafe_guards: config.allow_unsafe_guards,
         }
     }
 }
@@ -153,6 +157,26 @@ impl Shop {
             Some(teaching) => teaching.lock_timeout(product_id, self.rules.lock_timeout),
             None => self.rules.lock_timeout,
         }
+    }
+
+    /// The product's terms as this server sells it: a `none` product is sold under
+    /// `pg-atomic` where unsafe guards are not allowed (see `Guard::served`).
+    pub(super) async fn terms(&self, product_id: i64) -> Result<Option<Arc<Terms>>, Error> {
+        let terms = self.catalog.terms(&self.db, product_id).await?;
+        Ok(terms.map(|terms| self.served(terms)))
+    }
+
+    /// `terms`, with the guard this server sells under.
+    pub(super) fn served(&self, terms: Arc<Terms>) -> Arc<Terms> {
+        let guard = terms.guard.served(self.rules.allow_unsafe_guards);
+        if guard == terms.guard {
+            return terms;
+        }
+        Arc::new(Terms {
+            guard,
+            batch_max: 1,
+            ..(*terms).clone()
+        })
     }
 
     /// One order, as it stands.

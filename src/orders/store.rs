@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -22,7 +21,9 @@ pub struct Row<'a> {
 }
 
 /// Writes the rows, adds `units` to each buyer's holding (the per-customer limit's CHECK
-/// stays the last word), and links each key to its order, in one statement. Returns the
+/// stays the last word), links each key to its order (only the key's own attempt, and only
+/// once), and writes a payment intent for each `paying` order (its key is
+/// `pay::intent_key`'s), in one statement. Returns the
 /// orders in the order of `rows`. `fence` is the token the batch's stock write carried;
 /// `batch_size`, how many orders its lock cycle served (none for orders no cycle served).
 pub async fn insert(
@@ -40,10 +41,16 @@ pub async fn insert(
     let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
     let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure).collect();
     let waits: Vec<Option<i32>> = rows.iter().map(|r| r.waited.map(millis)).collect();
-    let (key_names, key_orders): (Vec<&str>, Vec<Uuid>) = rows
-        .iter()
-        .filter_map(|r| Some((r.ticket.key.as_deref()?, r.ticket.id)))
-        .unzip();
+    let mut key_names: Vec<&str> = Vec::new();
+    let mut key_orders: Vec<Uuid> = Vec::new();
+    let mut key_attempts: Vec<Uuid> = Vec::new();
+    for row in rows {
+        if let (Some(key), Some(attempt)) = (row.ticket.key.as_deref(), row.ticket.attempt) {
+            key_names.push(key);
+            key_orders.push(row.ticket.id);
+            key_attempts.push(attempt);
+        }
+    }
     let (holders, held): (Vec<&str>, Vec<i32>) = units.iter().map(|(u, n)| (*u, *n)).unzip();
     let mut orders: Vec<Order> = sqlx::query_as!(
         Order,
@@ -64,7 +71,11 @@ pub async fn insert(
             DO UPDATE SET units = purchases.units + EXCLUDED.units, max_units = EXCLUDED.max_units
          ), keys AS (
             UPDATE idempotency_keys k SET order_id = t.id
-            FROM unnest($15::text[], $16::uuid[]) AS t(key, id) WHERE k.key = t.key
+            FROM unnest($15::text[], $16::uuid[], $17::uuid[]) AS t(key, id, attempt)
+            WHERE k.key = t.key AND k.attempt = t.attempt AND k.order_id IS NULL
+         ), intents AS (
+            INSERT INTO payments (order_id, key, amount_cents)
+            SELECT id, 'seckill-' || id::text, amount_cents FROM o WHERE status = 'paying'
          )
          SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM o",
         terms.id,
@@ -83,6 +94,7 @@ pub async fn insert(
         &held,
         &key_names as _,
         &key_orders,
+        &key_attempts,
     )
     .fetch_all(conn)
     .await?;
@@ -152,66 +164,6 @@ pub(super) async fn advance(
     Ok(moved.rows_affected() == 1)
 }
 
-/// A charge's outcome, as the provider answered it.
-pub struct Payment<'a> {
-    pub order_id: Uuid,
-    pub amount_cents: i64,
-    pub succeeded: bool,
-    pub reference: &'a str,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: DateTime<Utc>,
-}
-
-/// Records the payments, and moves the orders whose charge succeeded `paying` → `paid`, in
-/// one transaction. Returns the paid orders.
-pub(super) async fn record_payments(
-    db: &PgPool,
-    payments: &[Payment<'_>],
-) -> Result<Vec<Order>, sqlx::Error> {
-    let ids: Vec<Uuid> = payments.iter().map(|p| p.order_id).collect();
-    let amounts: Vec<i64> = payments.iter().map(|p| p.amount_cents).collect();
-    let outcomes: Vec<&str> = payments
-        .iter()
-        .map(|p| if p.succeeded { "succeeded" } else { "failed" })
-        .collect();
-    let references: Vec<&str> = payments.iter().map(|p| p.reference).collect();
-    let started: Vec<DateTime<Utc>> = payments.iter().map(|p| p.started_at).collect();
-    let ended: Vec<DateTime<Utc>> = payments.iter().map(|p| p.ended_at).collect();
-    sqlx::query_as!(
-        Order,
-        "WITH p AS (
-            INSERT INTO payments (order_id, amount_cents, outcome, provider_ref, started_at, ended_at)
-            SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],
-                                 $5::timestamptz[], $6::timestamptz[])
-         )
-         UPDATE orders o SET status = 'paid', updated_at = now()
-         FROM unnest($1::uuid[], $3::text[]) AS t(id, outcome)
-         WHERE o.id = t.id AND t.outcome = 'succeeded' AND o.status = 'paying'
-         RETURNING o.id AS \"id!\", o.product_id AS \"product_id!\", o.user_id AS \"user_id!\", o.quantity AS \"quantity!\", o.amount_cents AS \"amount_cents!\", o.status AS \"status!: OrderStatus\", o.fence, o.lock_wait_ms, o.batch_size, o.failure, o.expires_at, o.created_at AS \"created_at!\", o.updated_at AS \"updated_at!\"",
-        &ids,
-        &amounts,
-        &outcomes as _,
-        &references as _,
-        &started,
-        &ended,
-    )
-    .fetch_all(db)
-    .await
-}
-
-/// Gives orders whose charge never started back to their reservation (`paying` →
-/// `reserved`, deadline unchanged): payable later, or expired by the sweep.
-pub(super) async fn unclaim(db: &PgPool, ids: &[Uuid]) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "UPDATE orders SET status = 'reserved', updated_at = now()
-         WHERE id = ANY($1) AND status = 'paying'",
-        ids
-    )
-    .execute(db)
-    .await
-    .map(|_| ())
-}
-
 /// Units of the product the buyer holds now (reserved and paid).
 pub(super) async fn units_held(
     db: &PgPool,
@@ -240,4 +192,36 @@ pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {
 
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Which of `keys` (with the attempt each order was placed under) are still held by that
+/// attempt and have no order yet, locked until the transaction ends: a later attempt cannot
+/// take them over before this one's orders are written (or not).
+pub(super) async fn held_keys(
+    conn: &mut PgConnection,
+    keys: &[&str],
+    attempts: &[Uuid],
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT k.key FROM idempotency_keys k
+         JOIN unnest($1::text[], $2::uuid[]) AS t(key, attempt)
+           ON k.key = t.key AND k.attempt = t.attempt
+         WHERE k.order_id IS NULL
+         FOR UPDATE OF k",
+        keys as _,
+        attempts
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Whether the orders `ids` exist: after a commit whose answer was lost, whether it
+/// committed (a batch's rows are written in one transaction: all or none).
+pub(super) async fn committed(db: &PgPool, ids: &[Uuid]) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM orders WHERE id = ANY($1)) AS "committed!""#,
+        ids
+    )
+    .fetch_one(db)
+    .await
 }

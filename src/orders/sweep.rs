@@ -13,16 +13,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use super::intents;
 use super::model::{Order, OrderStatus};
-use super::pay::release;
+use super::pay::{intent_key, record, release};
 use super::shop::Shop;
 use crate::inventory;
 use crate::lock::{Owner, Session, StockLock};
 use crate::telemetry::metrics;
-
-/// A payment that has not finished in this long was abandoned (its instance died, or the
-/// database failed it half way); no charge takes anywhere near it.
-pub const STALE_PAYMENT: Duration = Duration::from_secs(300);
 
 /// How long a row taken by one instance's sweep is left alone by the others; also how long
 /// an order that could not be settled waits before the next try.
@@ -163,7 +162,7 @@ pub(super) async fn expire_due(shop: &Shop) -> anyhow::Result<usize> {
 /// The product's lock, taken by `owner` for a pass (`None` for a guard without a lock, or if
 /// it cannot be had now: each return then tries on its own, and fails or not as it would).
 async fn hold_for_pass(shop: &Shop, owner: &Owner, product: i64) -> Option<StockLock> {
-    let terms = shop.catalog.terms(&shop.db, product).await.ok()??;
+    let terms = shop.terms(product).await.ok()??;
     let timeout = shop.rules.lock_timeout;
     let entered = inventory::enter_as(
         &shop.zk,
@@ -180,38 +179,81 @@ async fn hold_for_pass(shop: &Shop, owner: &Owner, product: i64) -> Option<Stock
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
 async fn settle_stale_payments(shop: &Shop) -> anyhow::Result<()> {
-    let stale = take(shop, Due::Payments, STALE_PAYMENT).await?;
+    // Past its attempt's window the order's own task has finished (or died): what is still
+    // `paying` waits for us.
+    let stale = take(shop, Due::Payments, shop.attempt_window()).await?;
     for order in stale {
         if let Err(e) = settle(shop, &order).await {
             metrics::sweep("skipped", 1);
-            tracing::warn!(order = %order.id, error = %e, "settling an abandoned payment failed; retrying later");
+            tracing::warn!(order = %order.id, error = %e, "settling a payment failed; retrying later");
         }
     }
     Ok(())
 }
 
+/// Settles one order left `paying`, from what is known of its charge — never by assuming:
+/// an outcome recorded on its intent is applied; a pending intent's charge is sent again
+/// under its original key (the provider charges at most once per key, and answers the
+/// charge it made, if it made one); an order with no intent was never sent, and the
+/// provider is asked to be sure. Still unknown (the provider does not answer): left for the
+/// next pass.
 async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
-    let charged: bool = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM payments WHERE order_id = $1 AND outcome = 'succeeded') AS "charged!""#, order.id)
-    .fetch_one(&shop.db)
-    .await?;
-    if charged {
-        sqlx::query!("UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'", order.id)
-            .execute(&shop.db)
-            .await?;
-        metrics::sweep("settled_paid", 1);
-        tracing::warn!(order = %order.id, "settled an abandoned payment: paid");
-    } else if release(
-        shop,
-        order,
-        OrderStatus::Paying,
-        OrderStatus::PaymentFailed,
-        None,
-    )
-    .await?
-    {
-        metrics::sweep("settled_failed", 1);
-        tracing::warn!(order = %order.id, "settled an abandoned payment: failed, units returned");
-    }
+    let intent = intents::of_order(&shop.db, order.id).await?;
+    let deadline = Instant::now() + shop.payment.timeout * 2;
+    let key = intent_key(order.id);
+    let charge = match intent.as_ref().map(|i| i.outcome.as_deref()) {
+        Some(Some("succeeded")) => {
+            intents::paid(&shop.db, order.id).await?;
+            metrics::sweep("settled_paid", 1);
+            return Ok(());
+        }
+        Some(Some(_)) => {
+            if release(
+                shop,
+                order,
+                OrderStatus::Paying,
+                OrderStatus::PaymentFailed,
+                None,
+            )
+            .await?
+            {
+                metrics::sweep("settled_failed", 1);
+            }
+            return Ok(());
+        }
+        Some(None) => {
+            shop.payment
+                .charge(&key, order.amount_cents, deadline)
+                .await?
+        }
+        None => match shop.payment.lookup(&key, deadline).await? {
+            Some(charge) => charge,
+            None => {
+                // Never sent, so never charged: the units go back.
+                if release(
+                    shop,
+                    order,
+                    OrderStatus::Paying,
+                    OrderStatus::PaymentFailed,
+                    None,
+                )
+                .await?
+                {
+                    metrics::sweep("settled_failed", 1);
+                    tracing::warn!(order = %order.id, "settled a payment never sent: failed, units returned");
+                }
+                return Ok(());
+            }
+        },
+    };
+    let settled = record(shop, order, &charge, deadline).await;
+    let outcome = if charge.approved() {
+        "settled_paid"
+    } else {
+        "settled_failed"
+    };
+    metrics::sweep(outcome, 1);
+    tracing::warn!(order = %order.id, outcome, answer = ?settled.as_ref().map(|o| o.status), "settled a payment from the provider's answer");
     Ok(())
 }
 

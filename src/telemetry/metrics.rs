@@ -25,6 +25,7 @@ pub const DB_POOL: &str = "seckill_db_pool_connections";
 pub const SWEEP_ACTIONS: &str = "seckill_sweep_actions_total";
 pub const LOCK_REENTRIES: &str = "seckill_lock_reentries_total";
 pub const PAYMENTS_IN_FLIGHT: &str = "seckill_payment_charges_in_flight";
+pub const PAYMENT_OUTCOMES: &str = "seckill_payment_outcomes_total";
 pub const PAYMENT_LEASE_WAIT: &str = "seckill_payment_lease_wait_seconds";
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
@@ -91,6 +92,7 @@ fn describe() {
         LOCK_CYCLE_ORDERS,
         "Orders served by one lock cycle (one guarded transaction), by guard"
     );
+    describe_counter!(PAYMENT_OUTCOMES, "Charges by the outcome their order's own task learned (succeeded, declined, unknown: left pending for the sweep)");
     describe_counter!(ZK_OPERATIONS, "ZooKeeper requests sent, by operation (create, delete, get_data, get_children, exists, get_acl, add_watch)");
     describe_gauge!(
         ZK_SESSION_STATE,
@@ -153,6 +155,12 @@ pub fn lock_reentered(recipe: &'static str) {
 
 pub fn payment_lease(waited: Duration) {
     histogram!(PAYMENT_LEASE_WAIT).record(waited.as_secs_f64());
+}
+
+/// A charge's outcome as the order's own task learned it: `succeeded`, `declined`, or
+/// `unknown` (no answer before its deadline: the intent stays pending for the sweep).
+pub fn payment_outcome(outcome: &'static str) {
+    counter!(PAYMENT_OUTCOMES, "outcome" => outcome).increment(1);
 }
 
 /// Charges at the provider now: `+1.0` as one starts, `-1.0` as it ends.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
+use serde_json::json;
+
 use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -158,7 +160,8 @@ async fn a_waiter_that_times_out_leaves_no_node_and_the_queue_moves_on() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declined_payment_returns_the_stock() {
     let env = TestEnv::new().await;
-    let app = env.spawn_app(&["--payment-failure-rate", "1"]).await;
+    env.provider.set(json!({ "decline_rate": 1.0 })).await;
+    let app = env.spawn_app(&[]).await;
     for guard in ["zk", "pg-atomic"] {
         let product = create_product(&app.base_url, 3, guard).await;
         let reply = place_order(&http(), &app.base_url, product, "unlucky")

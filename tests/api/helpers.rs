@@ -31,6 +31,75 @@ pub struct TestEnv {
     pub zk_root: String,
     /// For assertions straight against the tables.
     pub db: PgPool,
+    /// The test's own payment provider: a `seckill-provider` process with its own ledger.
+    pub provider: Provider,
+}
+
+/// A `seckill-provider` process (killed with its test) and its ledger's database, on the
+/// test PostgreSQL server (a provider is another company's system: the fault tests' own
+/// PostgreSQL, which they restart, is not where its ledger lives).
+pub struct Provider {
+    pub url: String,
+    pub database_url: String,
+    _child: Child,
+}
+
+impl Provider {
+    pub async fn start(database_url: &str, extra: &[&str]) -> Provider {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_seckill-provider"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--test-controls",
+                "--database-url",
+                database_url,
+            ])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start seckill-provider");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("seckill-provider printed its address within 30s")
+            .expect("read seckill-provider stdout")
+            .expect("seckill-provider exited before listening");
+        let url = line
+            .strip_prefix("seckill-provider listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_string();
+        Provider {
+            url,
+            database_url: database_url.to_string(),
+            _child: child,
+        }
+    }
+
+    /// Changes its faults (`PUT /v1/settings`): rates, `fail_next`, `lose_next`.
+    pub async fn set(&self, settings: Value) {
+        let reply = send(
+            http()
+                .put(format!("{}/v1/settings", self.url))
+                .json(&settings),
+        )
+        .await
+        .expect("reach the provider");
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    }
+
+    /// Its ledger: every charge it made, oldest first.
+    pub async fn ledger(&self) -> Vec<Value> {
+        let reply = send(http().get(format!("{}/v1/charges", self.url)))
+            .await
+            .expect("reach the provider");
+        reply.body["charges"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 impl TestEnv {
@@ -62,11 +131,13 @@ impl TestEnv {
             .await
             .expect("connect to the test database");
         let zk_root = format!("/seckill-tests/{}", uuid::Uuid::new_v4().simple());
+        let provider = Provider::start(&ledger_database(&name).await, &[]).await;
         TestEnv {
             database_url,
             zk_connect,
             zk_root,
             db,
+            provider,
         }
     }
 
@@ -83,6 +154,8 @@ impl TestEnv {
             &self.zk_root,
             "--db-max-connections",
             "10",
+            "--payment-url",
+            &self.provider.url,
         ]
         .iter()
         .map(|s| s.to_string())
@@ -252,6 +325,24 @@ impl TestEnv {
             .await
             .expect("count orders")
     }
+}
+
+/// A fresh database for a provider's ledger, named after the test's, on the test server.
+pub async fn ledger_database(test: &str) -> String {
+    let base = std::env::var("TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .unwrap_or_else(|_| "postgres://seckill:seckill@127.0.0.1:5433/seckill".into());
+    let name = format!("{test}_ledger_{}", fastrand::u32(..));
+    let admin = PgPool::connect(&base)
+        .await
+        .expect("connect to the test PostgreSQL (run scripts/test)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create the ledger's database");
+    admin.close().await;
+    let (prefix, _) = base.rsplit_once('/').expect("database URL ends in /<name>");
+    format!("{prefix}/{name}")
 }
 
 /// The migrated database every test database is cloned from (`CREATE DATABASE … TEMPLATE`),

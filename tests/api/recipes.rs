@@ -11,16 +11,21 @@ use crate::helpers::*;
 
 /// Peak concurrency of the recorded charges, from when each started and ended at the
 /// provider: +1 at each start, −1 at each end (ends first on a tie).
+/// The most charges the provider had in flight at once, from its own ledger.
 async fn peak_charges(env: &TestEnv) -> i64 {
-    sqlx::query_scalar(
-        "SELECT COALESCE(MAX(running), 0)::BIGINT FROM (
-            SELECT SUM(delta) OVER (ORDER BY at, delta) AS running FROM (
-                SELECT started_at AS at, 1 AS delta FROM payments
-                UNION ALL SELECT ended_at, -1 FROM payments) e) r",
-    )
-    .fetch_one(&env.db)
-    .await
-    .unwrap()
+    let mut edges: Vec<(String, i64)> = Vec::new();
+    for charge in env.provider.ledger().await {
+        edges.push((charge["started_at"].as_str().unwrap().to_string(), 1));
+        edges.push((charge["ended_at"].as_str().unwrap().to_string(), -1));
+    }
+    // RFC 3339 in UTC orders as text; an end sorts before a start at the same instant.
+    edges.sort();
+    let (mut running, mut peak) = (0, 0);
+    for (_, delta) in edges {
+        running += delta;
+        peak = peak.max(running);
+    }
+    peak
 }
 
 async fn semaphore(base: &str) -> Value {
@@ -33,7 +38,8 @@ async fn semaphore(base: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn three_instances_never_have_more_than_n_charges_at_the_provider() {
     let env = TestEnv::new().await;
-    let flags = ["--payment-concurrency", "2", "--payment-latency-ms", "1000"];
+    env.provider.set(json!({ "latency_ms": 1000 })).await;
+    let flags = ["--payment-concurrency", "2"];
     let (_servers, urls) = three_instances(&env, &flags).await;
     let product = create_product(&urls[0], 10, "zk").await;
 
@@ -59,13 +65,14 @@ async fn three_instances_never_have_more_than_n_charges_at_the_provider() {
 async fn a_crashed_instances_lease_goes_with_its_session_and_the_waiter_gets_it() {
     let env = TestEnv::new().await;
     // Charges that outlast the test: what moves the queue is the crash, not a charge ending.
+    env.provider.set(json!({ "latency_ms": 60000 })).await;
     let flags = [
         "--payment-concurrency",
         "2",
-        "--payment-latency-ms",
-        "60000",
         "--request-timeout-ms",
         "120000",
+        "--shutdown-grace-ms",
+        "125000",
         "--zk-session-timeout-ms",
         "4000",
     ];

@@ -567,7 +567,7 @@ async fn an_abandoned_payment_is_settled_by_the_sweep() {
     // Both stuck in `paying` for ten minutes, as if their instance had died mid-payment; the
     // first one's charge had gone through and was recorded (recorded first: the sweep runs
     // every 50 ms).
-    sqlx::query("INSERT INTO payments (order_id, amount_cents, outcome, provider_ref) VALUES ($1::uuid, 1999, 'succeeded', 'sim_test')")
+    sqlx::query("INSERT INTO payments (order_id, key, amount_cents, outcome, provider_ref) VALUES ($1::uuid, 'seckill-' || $1, 1999, 'succeeded', 'sim_test')")
         .bind(&ids[0])
         .execute(&env.db)
         .await

@@ -1,0 +1,240 @@
+//! `seckill-provider`: a payment provider of its own, run as a separate process with its
+//! ledger in its own PostgreSQL database — a stand-in for a real gateway (Stripe, Alipay,
+//! WeChat Pay), shaped like Stripe's idempotent API, so that a charge can be checked against
+//! a ledger the shop does not control.
+//!
+//! - `POST /v1/charges` with an `Idempotency-Key` header and `{"amount_cents": N}`: the same
+//!   key always answers the same charge (another amount under it: 409 `key_reused`).
+//! - `GET /v1/charges/{key}`: the charge made under a key, or 404 `no_such_charge`.
+//! - `GET /v1/charges`: the whole ledger, oldest first, for audits.
+//! - `PUT /v1/settings` (only with `--test-controls`): its faults, changed while it runs.
+//!
+//! Its faults are the ones a real integration meets: latency, declines, 5xx answers (nothing
+//! charged), answers slower than the caller waits, and a charge made whose answer is lost
+//! (the connection drops after the ledger has it).
+
+mod ledger;
+mod settings;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use clap::Parser;
+use serde::Deserialize;
+use serde_json::json;
+use sqlx::PgPool;
+
+use settings::{Faults, Settings};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "seckill-provider",
+    about = "A payment provider with its own ledger, for seckill's tests and demo"
+)]
+struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "PROVIDER_LISTEN", default_value = "127.0.0.1:8090")]
+    listen: SocketAddr,
+    /// The ledger's own database (a provider is another company's system).
+    #[arg(long, env = "PROVIDER_DATABASE_URL")]
+    database_url: String,
+    #[command(flatten)]
+    faults: Faults,
+    /// Accept `PUT /v1/settings` (tests, the chaos sale and the page's demo change faults
+    /// while it runs).
+    #[arg(long, env = "PROVIDER_TEST_CONTROLS")]
+    test_controls: bool,
+}
+
+#[derive(Clone)]
+struct AppState {
+    db: PgPool,
+    settings: Arc<Settings>,
+    test_controls: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect(&config.database_url)
+        .await
+        .context("connecting to the ledger's database")?;
+    sqlx::migrate!("./migrations/provider")
+        .run(&db)
+        .await
+        .context("migrating the ledger")?;
+    let state = AppState {
+        db,
+        settings: Arc::new(Settings::new(config.faults)),
+        test_controls: config.test_controls,
+    };
+    let app = Router::new()
+        .route("/v1/charges", post(charge).get(ledger_all))
+        .route("/v1/charges/{key}", get(one))
+        .route("/v1/settings", put(change_settings).get(show_settings))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    // On stdout, alone: scripts and tests read the port from this line.
+    println!(
+        "seckill-provider listening on http://{}",
+        listener.local_addr()?
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({"error": code, "message": message}))).into_response()
+}
+
+#[derive(Deserialize)]
+struct NewCharge {
+    amount_cents: i64,
+}
+
+/// Charges once per key. The ledger has the charge before any answer leaves: a lost answer
+/// or a caller that gave up changes nothing about what was charged.
+async fn charge(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Option<Json<NewCharge>>,
+) -> Response {
+    let Some(key) = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .map(str::to_string)
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Idempotency-Key is required",
+        );
+    };
+    let Some(Json(new)) = body.filter(|b| b.0.amount_cents >= 0) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "amount_cents must be a non-negative integer",
+        );
+    };
+    let plan = state.settings.plan();
+    if plan.fail {
+        // A 5xx before anything is charged: the caller must retry under the same key.
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "provider_error",
+            "try again",
+        );
+    }
+    let started_at = chrono::Utc::now();
+    if !plan.latency.is_zero() {
+        tokio::time::sleep(plan.latency).await;
+    }
+    let charged = ledger::charge(&state.db, &key, new.amount_cents, plan.decline, started_at).await;
+    let charge = match charged {
+        Ok(Some(charge)) => charge,
+        Ok(None) => {
+            return error(
+                StatusCode::CONFLICT,
+                "key_reused",
+                "this Idempotency-Key was used for another amount",
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "ledger unavailable");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provider_unavailable",
+                "try again",
+            );
+        }
+    };
+    if !plan.slow.is_zero() {
+        tokio::time::sleep(plan.slow).await;
+    }
+    if plan.lose {
+        tracing::info!(key, "charged; dropping the answer");
+        return lost_answer();
+    }
+    Json(charge).into_response()
+}
+
+/// An answer that never arrives whole: the headers go, then the connection drops before the
+/// body, so the caller cannot tell what happened.
+fn lost_answer() -> Response {
+    let body = futures_util::stream::once(async {
+        Err::<axum::body::Bytes, _>(std::io::Error::other("answer lost"))
+    });
+    (StatusCode::OK, Body::from_stream(body)).into_response()
+}
+
+async fn one(State(state): State<AppState>, Path(key): Path<String>) -> Response {
+    match ledger::get(&state.db, &key).await {
+        Ok(Some(charge)) => Json(charge).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            "no_such_charge",
+            "nothing was charged under this key",
+        ),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "provider_unavailable",
+            "try again",
+        ),
+    }
+}
+
+async fn ledger_all(State(state): State<AppState>) -> Response {
+    match ledger::all(&state.db).await {
+        Ok(charges) => Json(json!({ "charges": charges })).into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "provider_unavailable",
+            "try again",
+        ),
+    }
+}
+
+async fn change_settings(
+    State(state): State<AppState>,
+    Json(change): Json<settings::Change>,
+) -> Response {
+    if !state.test_controls {
+        return error(
+            StatusCode::FORBIDDEN,
+            "disabled",
+            "start the provider with --test-controls",
+        );
+    }
+    state.settings.change(change);
+    Json(state.settings.show()).into_response()
+}
+
+async fn show_settings(State(state): State<AppState>) -> Response {
+    Json(state.settings.show()).into_response()
+}

@@ -1,0 +1,147 @@
+//! Payment intents' SQL: a payment's row (`payments`) exists before its charge is sent, with
+//! its outcome NULL (pending) until the provider's answer is recorded. Its `key` is the one
+//! the provider sees; `payments` holds at most one row per key, so one per charge.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::model::{Order, OrderStatus};
+use crate::payment::Charge;
+
+/// Claims a reservation for payment (`reserved` → `paying`, only while it runs) and writes
+/// its intent, in one statement. `None` if it was not payable.
+pub(super) async fn claim_for_payment(
+    db: &PgPool,
+    id: Uuid,
+    key: &str,
+) -> Result<Option<Order>, sqlx::Error> {
+    sqlx::query_as!(
+        Order,
+        "WITH o AS (
+            UPDATE orders SET status = 'paying', updated_at = now()
+            WHERE id = $1 AND status = 'reserved' AND expires_at > now()
+            RETURNING *
+         ), intent AS (
+            INSERT INTO payments (order_id, key, amount_cents)
+            SELECT id, $2, amount_cents FROM o
+            ON CONFLICT (key) DO NOTHING
+         )
+         SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM o",
+        id,
+        key
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Records the provider's answer on the intent (inserted if it is missing) and, for a
+/// succeeded charge, moves the order `paying` → `paid`, in one statement. Returns the order
+/// if this moved it. An intent already settled is left as it is: the provider gives one
+/// answer per key, so a second record says the same.
+pub(super) async fn record_payment(
+    db: &PgPool,
+    order: &Order,
+    key: &str,
+    charge: &Charge,
+) -> Result<Option<Order>, sqlx::Error> {
+    let outcome = if charge.approved() {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    sqlx::query_as!(
+        Order,
+        "WITH p AS (
+            INSERT INTO payments (order_id, key, amount_cents, outcome, provider_ref,
+                                  started_at, ended_at, settled_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+            ON CONFLICT (key) DO UPDATE
+            SET outcome = EXCLUDED.outcome, provider_ref = EXCLUDED.provider_ref,
+                started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+                settled_at = now()
+            WHERE payments.outcome IS NULL
+         )
+         UPDATE orders SET status = 'paid', updated_at = now()
+         WHERE id = $1 AND status = 'paying' AND $4 = 'succeeded'
+         RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
+        order.id,
+        key,
+        order.amount_cents,
+        outcome,
+        charge.reference,
+        charge.started_at,
+        charge.ended_at
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Gives an order whose charge was never sent back to its reservation (`paying` →
+/// `reserved`, deadline unchanged) and drops its intent — only while the product's unpaid
+/// reservations have room for it (`share` of its stock, the product's row locked so two
+/// such returns cannot both take the last room). `false`: no room, nothing changed.
+pub(super) async fn unclaim(
+    db: &PgPool,
+    id: Uuid,
+    key: &str,
+    share: f64,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let room = sqlx::query_scalar!(
+        r#"SELECT (SELECT COALESCE(SUM(r.quantity), 0) FROM orders r
+                   WHERE r.product_id = p.id AND r.status = 'reserved') + o.quantity
+                  <= ceil(p.stocked_total * $2::FLOAT8) AS "room!"
+           FROM orders o JOIN products p ON p.id = o.product_id
+           WHERE o.id = $1
+           FOR UPDATE OF p"#,
+        id,
+        share
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if room != Some(true) {
+        return Ok(false);
+    }
+    sqlx::query!(
+        "WITH o AS (
+            UPDATE orders SET status = 'reserved', updated_at = now()
+            WHERE id = $1 AND status = 'paying'
+         )
+         DELETE FROM payments WHERE key = $2 AND outcome IS NULL",
+        id,
+        key
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// An intent as the sweep reads it: its outcome once recorded.
+pub(super) struct Intent {
+    /// `succeeded`, `failed` (declined), or none yet (pending).
+    pub outcome: Option<String>,
+}
+
+/// The order's payment intent, if it has one.
+pub(super) async fn of_order(db: &PgPool, order_id: Uuid) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as!(
+        Intent,
+        "SELECT outcome FROM payments WHERE order_id = $1 ORDER BY id DESC LIMIT 1",
+        order_id
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// An order whose intent records a succeeded charge, still `paying` (its move to `paid` was
+/// lost): moved now.
+pub(super) async fn paid(db: &PgPool, order_id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1 AND status = 'paying'",
+        order_id
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -102,6 +102,8 @@ const en = {
   'error.lock_lost': 'the product\'s lock was lost before the stock write; nothing changed, try again',
   'error.payment_busy':
     'the payment provider is at its limit of charges in flight; nothing was charged and the units stay reserved: pay again before the reservation expires',
+  'error.outcome_pending':
+    'the outcome is not known yet (a backing service did not answer in time); it is being settled: look the order up, or retry with the same key',
   'error.unavailable': 'a backing service is unavailable, try again',
   'error.internal': 'internal error',
 
@@ -365,6 +367,7 @@ const zh = {
   'error.lock_timeout': '未能及时获得商品的锁：未做任何更改，请重试',
   'error.lock_lost': '写库存前锁已丢失：未做任何更改，请重试',
   'error.payment_busy': '支付服务商同时进行的扣款已达上限：未扣款，商品仍为你预留；请在预留过期前重新支付',
+  'error.outcome_pending': '结果尚未可知（某个后端服务未及时响应）；系统正在结清：请查询该订单，或用同一个键重试',
   'error.unavailable': '后端服务暂不可用，请重试',
   'error.internal': '服务器内部错误',
 

@@ -52,7 +52,7 @@ pub fn router(config: &Config) -> Router<AppState> {
         (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
         (status = 422, description = "`idempotency_mismatch`, `unprocessable` (`quantity` over the product's `max_per_order`)", body = ErrorBody<'static>),
         (status = 429, description = "`too_busy` (this instance's queue for the product is full), `rate_limited`", body = ErrorBody<'static>),
-        (status = 503, description = "`lock_timeout`, `lock_lost`, `payment_busy` (no payment lease before the deadline: not charged, still `reserved`), `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
+        (status = 503, description = "`lock_timeout`, `lock_lost`, `payment_busy` (no payment lease before the deadline: not charged, still `reserved`), `outcome_pending` (the payment provider's answer, or a commit's, did not come back: settled in the background; the key replays the final outcome), `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
     ))]
 async fn create(
     State(state): State<AppState>,
@@ -116,7 +116,7 @@ fn respond(kept: Kept) -> Response {
         (status = 402, description = "`payment_failed`", body = ErrorBody<'static>),
         (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
         (status = 409, description = "`reservation_expired`, `payment_in_progress`, `order_not_payable`", body = ErrorBody<'static>),
-        (status = 503, description = "`payment_busy`: no payment lease before the deadline; not charged, still `reserved`", body = ErrorBody<'static>),
+        (status = 503, description = "`payment_busy`: no payment lease before the deadline; not charged, still `reserved`. `outcome_pending`: the provider's answer did not come back; the charge is settled in the background", body = ErrorBody<'static>),
     ))]
 async fn pay(
     State(state): State<AppState>,

@@ -41,19 +41,19 @@ pub struct TestEnv {
 pub struct Provider {
     pub url: String,
     pub database_url: String,
-    _child: Child,
+    child: Option<Child>,
 }
 
 impl Provider {
     pub async fn start(database_url: &str, extra: &[&str]) -> Provider {
         let mut child = Command::new(env!("CARGO_BIN_EXE_seckill-provider"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--test-controls",
-                "--database-url",
-                database_url,
-            ])
+            .args(["--test-controls", "--database-url", database_url])
+            // Port 0 unless the caller names an address (a restart on the same one).
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -74,8 +74,24 @@ impl Provider {
         Provider {
             url,
             database_url: database_url.to_string(),
-            _child: child,
+            child: Some(child),
         }
+    }
+
+    /// The provider goes down (SIGKILL): its ledger stays.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.expect("kill seckill-provider");
+        }
+    }
+
+    /// Back up, on the same address and ledger.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        let listen = self.url.trim_start_matches("http://").to_string();
+        let again = Provider::start(&self.database_url, &["--listen", &listen]).await;
+        assert_eq!(again.url, self.url, "the provider came back on its address");
+        *self = again;
     }
 
     /// Changes its faults (`PUT /v1/settings`): rates, `fail_next`, `lose_next`.
@@ -663,4 +679,108 @@ impl ChaosProxy {
     pub fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
+}
+
+/// A TCP proxy in front of PostgreSQL that, once armed, lets the next `COMMIT` through and
+/// then closes the client's connection before relaying PostgreSQL's answer: the commit
+/// happened, and the client cannot know it. Clients must connect with `sslmode=disable`
+/// (it reads the protocol's messages).
+pub struct CommitDropper {
+    /// `host:port` to use in place of PostgreSQL's.
+    pub addr: String,
+    armed: Arc<AtomicBool>,
+    /// Commits whose answer it dropped.
+    pub dropped: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CommitDropper {
+    pub async fn start(target: String) -> CommitDropper {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let armed = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (armed2, dropped2) = (armed.clone(), dropped.clone());
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let (target, armed, dropped) = (target.clone(), armed2.clone(), dropped2.clone());
+                tokio::spawn(async move {
+                    if let Ok(outbound) = TcpStream::connect(&target).await {
+                        relay(inbound, outbound, armed, dropped).await;
+                    }
+                });
+            }
+        });
+        CommitDropper {
+            addr,
+            armed,
+            dropped,
+        }
+    }
+
+    /// Drops the answer to the next COMMIT any client sends.
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+async fn relay(
+    inbound: TcpStream,
+    outbound: TcpStream,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_rx, mut client_tx) = inbound.into_split();
+    let (mut server_rx, mut server_tx) = outbound.into_split();
+    let (cut, mut cut_rx) = watch::channel(false);
+    // Client to server, message by message: the startup message has no type byte; every
+    // later one is a type byte and a length that counts itself.
+    let upstream = async move {
+        let mut started = false;
+        loop {
+            let mut message = Vec::new();
+            if started {
+                let mut kind = [0u8; 1];
+                client_rx.read_exact(&mut kind).await?;
+                message.push(kind[0]);
+            }
+            let mut len = [0u8; 4];
+            client_rx.read_exact(&mut len).await?;
+            message.extend_from_slice(&len);
+            let body_len = u32::from_be_bytes(len) as usize - 4;
+            let mut body = vec![0u8; body_len];
+            client_rx.read_exact(&mut body).await?;
+            message.extend_from_slice(&body);
+            let commit = started
+                && message[0] == b'Q'
+                && String::from_utf8_lossy(&body)
+                    .trim_start()
+                    .to_ascii_uppercase()
+                    .starts_with("COMMIT");
+            if commit && armed.swap(false, Ordering::SeqCst) {
+                // From now on nothing goes back to this client: the commit runs, its answer
+                // is read by nobody.
+                cut.send_replace(true);
+                server_tx.write_all(&message).await?;
+                dropped.fetch_add(1, Ordering::SeqCst);
+                return Ok::<_, std::io::Error>(());
+            }
+            server_tx.write_all(&message).await?;
+            started = true;
+        }
+    };
+    let downstream = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = server_rx.read(&mut buf).await?;
+            if n == 0 || *cut_rx.borrow_and_update() {
+                break;
+            }
+            client_tx.write_all(&buf[..n]).await?;
+        }
+        // The client sees its connection close, with no answer to its commit.
+        drop(client_tx);
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::join!(upstream, downstream);
 }

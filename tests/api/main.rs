@@ -13,6 +13,7 @@ mod fencing;
 mod fuzz;
 mod helpers;
 mod interop;
+mod money;
 mod observability;
 mod products;
 mod recipes;

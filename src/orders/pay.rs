@@ -183,7 +183,9 @@ pub(super) async fn record(
     let mut pause = Duration::from_millis(50);
     let recorded = loop {
         match intents::record_payment(&shop.db, order, &key, charge).await {
-            Err(e) if Instant::now() + pause < deadline => {
+            // Stops a margin before the deadline: the buyer hears that the outcome is pending
+            // from us, not a bare timeout.
+            Err(e) if Instant::now() + pause + ANSWER_MARGIN < deadline => {
                 tracing::warn!(order = %order.id, error = %e, "recording a payment failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));

@@ -453,3 +453,42 @@ async fn a_replaced_zookeeper_takes_over_the_fence_on_its_own() {
     assert_eq!(env.stock(product).await, 0, "all 20 sold");
     assert_books(&env, &a.base_url, product, &answers).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "restarts a PostgreSQL cluster: scripts/test runs the fault tests one at a time"]
+async fn postgresql_down_between_the_charge_and_its_record_leaves_an_intent_the_sweep_settles() {
+    let cluster = PgCluster::from_env();
+    let zk = std::env::var("SECKILL_ZK").unwrap_or_else(|_| "127.0.0.1:2181".into());
+    let env = TestEnv::on(&cluster.url, &zk).await;
+    let app = env
+        .spawn_app(&["--request-timeout-ms", "5000", "--expiry-interval-ms", "100"])
+        .await;
+    let product = create_per_request_product(&app.base_url, 5, "zk").await;
+    // The provider charges at once and answers two seconds later: PostgreSQL goes down in
+    // between, so the charge is made and cannot be recorded before the request's deadline.
+    env.provider
+        .set(json!({ "slow_rate": 1.0, "slow_ms": 2000 }))
+        .await;
+    let base = app.base_url.clone();
+    let order = tokio::spawn(async move { order_with_key(&base, product, "frank", "pg-1").await });
+    wait_until(Duration::from_secs(30), "the charge in the ledger", || async {
+        (env.provider.ledger().await.len() == 1).then_some(())
+    })
+    .await;
+    cluster.ctl("stop").await;
+    let reply = order.await.unwrap();
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "outcome_pending"),
+        "{reply:?}"
+    );
+    let order_id = crate::money::order_id(&reply);
+    env.provider.set(json!({ "slow_rate": 0.0 })).await;
+    cluster.ctl("start").await;
+
+    crate::money::wait_paid(&env, &order_id).await;
+    let replay = order_with_key(&app.base_url, product, "frank", "pg-1").await;
+    assert_eq!(replay.status, StatusCode::CREATED, "{replay:?}");
+    assert_eq!(replay.body["status"], "paid");
+    crate::money::money_is_exact(&env).await;
+}

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use crate::helpers::*;
 
 /// The invariants over the provider's ledger and the shop's orders.
-async fn money_is_exact(env: &TestEnv) {
+pub async fn money_is_exact(env: &TestEnv) {
     let ledger = env.provider.ledger().await;
     let charged: Vec<String> = ledger
         .iter()
@@ -53,14 +53,21 @@ async fn money_is_exact(env: &TestEnv) {
 }
 
 /// Waits until the order is `paid` (settled by its task or the sweep).
-async fn wait_paid(env: &TestEnv, order_id: &str) {
+/// Waits until the order is `paid` (settled by its task or the sweep); the database may be
+/// coming back meanwhile.
+pub async fn wait_paid(env: &TestEnv, order_id: &str) {
     wait_until(Duration::from_secs(60), "the order to be paid", || async {
-        (env.order_row(order_id).await.0 == "paid").then_some(())
+        let status: String = sqlx::query_scalar("SELECT status FROM orders WHERE id = $1::uuid")
+            .bind(order_id)
+            .fetch_one(&env.db)
+            .await
+            .ok()?;
+        (status == "paid").then_some(())
     })
     .await
 }
 
-fn order_id(reply: &Reply) -> String {
+pub fn order_id(reply: &Reply) -> String {
     reply.body["order_id"]
         .as_str()
         .or(reply.body["id"].as_str())

@@ -404,6 +404,22 @@ async fn template(base: &str) -> String {
             .await
             .expect("migrate the template database");
         db.close().await;
+        // A closed connection's server process may still be leaving: wait until none is
+        // left on the database, or the rename (and every clone) is refused.
+        wait_until(
+            Duration::from_secs(30),
+            "the template's connections to end",
+            || async {
+                let left: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = $1")
+                        .bind(&building)
+                        .fetch_one(&admin)
+                        .await
+                        .ok()?;
+                (left == 0).then_some(())
+            },
+        )
+        .await;
         sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {name}"))
             .execute(&admin)
             .await

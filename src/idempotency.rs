@@ -114,7 +114,12 @@ pub async fn place(
     };
     let transient = answer.as_ref().is_err_and(Error::is_transient);
     let kept = first(answer);
-    if let Err(e) = finish(db, &key, attempt, &kept, transient).await {
+    // The answer is due now: a database that does not answer (an outage, where a pool
+    // connection takes seconds to fail) must not hold it up past the request's time.
+    let finished = tokio::time::timeout(FINISH_WAIT, finish(db, &key, attempt, &kept, transient))
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::PoolTimedOut));
+    if let Err(e) = finished {
         // The order's own status is already final; only the key's record is behind. Left
         // so, the key would answer "in progress" until it went stale: keep trying while the
         // database comes back (an outage is when this happens). Not a tracked task: at
@@ -133,6 +138,10 @@ pub async fn place(
     }
     kept
 }
+
+/// How long recording a key's answer may hold the answer up before it goes on in the
+/// background.
+const FINISH_WAIT: Duration = Duration::from_millis(500);
 
 /// The answer when the key was not ours to take: a replay, or why not.
 fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) -> Kept) -> Kept {

@@ -181,16 +181,22 @@ pub(super) async fn record(
 ) -> Answer {
     let key = intent_key(order.id);
     let mut pause = Duration::from_millis(50);
+    // Each try, and the retries, stop a margin before the deadline: the buyer hears that the
+    // outcome is pending from us, not a bare timeout (a database that is down can make one
+    // try wait for a connection for seconds).
+    let answer_by = deadline - ANSWER_MARGIN;
     let recorded = loop {
-        match intents::record_payment(&shop.db, order, &key, charge).await {
-            // Stops a margin before the deadline: the buyer hears that the outcome is pending
-            // from us, not a bare timeout.
-            Err(e) if Instant::now() + pause + ANSWER_MARGIN < deadline => {
+        let left = answer_by.saturating_duration_since(Instant::now());
+        let attempt =
+            tokio::time::timeout(left, intents::record_payment(&shop.db, order, &key, charge));
+        match attempt.await {
+            Ok(Err(e)) if Instant::now() + pause < answer_by => {
                 tracing::warn!(order = %order.id, error = %e, "recording a payment failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
-            done => break done,
+            Ok(done) => break done.map_err(anyhow::Error::from),
+            Err(_) => break Err(anyhow!("no database answer before the deadline")),
         }
     };
     let paid = match recorded {

@@ -461,19 +461,26 @@ async fn postgresql_down_between_the_charge_and_its_record_leaves_an_intent_the_
     let zk = std::env::var("SECKILL_ZK").unwrap_or_else(|_| "127.0.0.1:2181".into());
     let env = TestEnv::on(&cluster.url, &zk).await;
     let app = env
-        .spawn_app(&["--request-timeout-ms", "5000", "--expiry-interval-ms", "100"])
+        .spawn_app(&[
+            "--request-timeout-ms",
+            "5000",
+            "--expiry-interval-ms",
+            "100",
+        ])
         .await;
     let product = create_per_request_product(&app.base_url, 5, "zk").await;
-    // The provider charges at once and answers two seconds later: PostgreSQL goes down in
+    // The provider charges at once and answers a second later: PostgreSQL goes down in
     // between, so the charge is made and cannot be recorded before the request's deadline.
     env.provider
-        .set(json!({ "slow_rate": 1.0, "slow_ms": 2000 }))
+        .set(json!({ "slow_rate": 1.0, "slow_ms": 1000 }))
         .await;
     let base = app.base_url.clone();
     let order = tokio::spawn(async move { order_with_key(&base, product, "frank", "pg-1").await });
-    wait_until(Duration::from_secs(30), "the charge in the ledger", || async {
-        (env.provider.ledger().await.len() == 1).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "the charge in the ledger",
+        || async { (env.provider.ledger().await.len() == 1).then_some(()) },
+    )
     .await;
     cluster.ctl("stop").await;
     let reply = order.await.unwrap();

@@ -297,3 +297,19 @@ pub(super) async fn release(
     shop.sold_out.lower(&product.id.to_string()).await;
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intents_key_is_the_one_a_lock_cycle_writes_in_sql() {
+        // `store::insert` writes `'seckill-' || id::text`: PostgreSQL's text of a uuid is the
+        // hyphenated lower-case form, as Rust's.
+        let id = Uuid::parse_str("6F9619FF-8B86-D011-B42D-00C04FC964FF").unwrap();
+        assert_eq!(
+            intent_key(id),
+            "seckill-6f9619ff-8b86-d011-b42d-00c04fc964ff"
+        );
+    }
+}

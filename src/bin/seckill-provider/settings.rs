@@ -122,3 +122,41 @@ impl Settings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_hit_exactly_the_next_requests_and_rates_stay() {
+        let settings = Settings::new(Faults {
+            latency_ms: 5,
+            ..Faults::default()
+        });
+        settings.change(Change {
+            fail_next: 1,
+            lose_next: 2,
+            ..Change::default()
+        });
+        let plans: Vec<(bool, bool)> = (0..4)
+            .map(|_| settings.plan())
+            .map(|p| (p.fail, p.lose))
+            .collect();
+        // A failed request charges nothing, so it does not use up a lost answer.
+        assert_eq!(
+            plans,
+            [(true, false), (false, true), (false, true), (false, false)]
+        );
+        assert_eq!(
+            settings.plan().latency,
+            Duration::from_millis(5),
+            "a count leaves the rates"
+        );
+        settings.change(Change {
+            decline_rate: Some(1.0),
+            ..Change::default()
+        });
+        assert!(settings.plan().decline);
+        assert_eq!(settings.plan().latency, Duration::from_millis(5));
+    }
+}

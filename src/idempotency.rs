@@ -65,53 +65,34 @@ pub async fn place(
     // The checks that write nothing come first, so a refused request leaves no key row —
     // unless the key is known already (a retry): its first answer wins over what a check
     // says now (a sold-out flag raised after its 201, the limit its own order reached).
-    let admitted = shop.admit(&request, true).await;
-    if let Err(refused) = admitted {
-        match known(db, &key).await {
-            Ok(true) => {}
+    let admitted = match shop.admit(&request, true).await {
+        Ok(admitted) => Ok(admitted),
+        Err(refused) => match known(db, &key).await {
+            Ok(true) => Err(refused),
             Ok(false) => return first(Err(refused)),
             Err(e) => return first(Err(e.into())),
-        }
-        return match begin(
-            db,
-            &key,
-            &request.fingerprint(),
-            encode,
-            shop.attempt_window(),
-        )
-        .await
-        {
-            // Freed since it was known: the refusal stands, and like every refusal at
-            // admission it leaves no key row.
-            Ok(Begin::First(attempt)) => {
-                let kept = first(Err(refused));
-                if let Err(e) = finish(db, &key, attempt, &kept, true).await {
-                    tracing::warn!(error = %e, "could not free an idempotency key");
-                }
-                kept
-            }
-            begun => answer_begun(begun, first),
-        };
-    }
-    let attempt = match begin(
-        db,
-        &key,
-        &request.fingerprint(),
-        encode,
-        shop.attempt_window(),
-    )
-    .await
-    {
+        },
+    };
+    let window = shop.attempt_window();
+    let attempt = match begin(db, &key, &request.fingerprint(), encode, window).await {
         Ok(Begin::First(attempt)) => attempt,
         begun => return answer_begun(begun, first),
     };
-    let answer = match admitted {
-        Ok(admitted) => {
-            shop.place(admitted, Some((&key, attempt)), client_gone)
-                .await
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        // Known a moment ago, freed since: the refusal stands, and like every refusal at
+        // admission it leaves no key row.
+        Err(refused) => {
+            let kept = first(Err(refused));
+            if let Err(e) = finish(db, &key, attempt, &kept, true).await {
+                tracing::warn!(error = %e, "could not free an idempotency key");
+            }
+            return kept;
         }
-        Err(e) => Err(e),
     };
+    let answer = shop
+        .place(admitted, Some((&key, attempt)), client_gone)
+        .await;
     let transient = answer.as_ref().is_err_and(Error::is_transient);
     let kept = first(answer);
     // The answer is due now: a database that does not answer (an outage, where a pool

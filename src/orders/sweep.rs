@@ -207,20 +207,7 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
             metrics::sweep("settled_paid", 1);
             return Ok(());
         }
-        Some(Some(_)) => {
-            if release(
-                shop,
-                order,
-                OrderStatus::Paying,
-                OrderStatus::PaymentFailed,
-                None,
-            )
-            .await?
-            {
-                metrics::sweep("settled_failed", 1);
-            }
-            return Ok(());
-        }
+        Some(Some(_)) => return unpaid(shop, order).await,
         Some(None) => {
             shop.payment
                 .charge(&key, order.amount_cents, deadline)
@@ -228,22 +215,8 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
         }
         None => match shop.payment.lookup(&key, deadline).await? {
             Some(charge) => charge,
-            None => {
-                // Never sent, so never charged: the units go back.
-                if release(
-                    shop,
-                    order,
-                    OrderStatus::Paying,
-                    OrderStatus::PaymentFailed,
-                    None,
-                )
-                .await?
-                {
-                    metrics::sweep("settled_failed", 1);
-                    tracing::warn!(order = %order.id, "settled a payment never sent: failed, units returned");
-                }
-                return Ok(());
-            }
+            // Never sent, so never charged.
+            None => return unpaid(shop, order).await,
         },
     };
     let settled = record(shop, order, &charge, deadline).await;
@@ -254,6 +227,16 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
     };
     metrics::sweep(outcome, 1);
     tracing::warn!(order = %order.id, outcome, answer = ?settled.as_ref().map(|o| o.status), "settled a payment from the provider's answer");
+    Ok(())
+}
+
+/// A payment that charged nothing (declined, or never sent): the units go back on sale.
+async fn unpaid(shop: &Shop, order: &Order) -> anyhow::Result<()> {
+    let to = OrderStatus::PaymentFailed;
+    if release(shop, order, OrderStatus::Paying, to, None).await? {
+        metrics::sweep("settled_failed", 1);
+        tracing::warn!(order = %order.id, "settled a payment that charged nothing: units returned");
+    }
     Ok(())
 }
 

@@ -317,3 +317,71 @@ async fn two_transactions_under_one_token_both_take_their_units() {
         "10 less 1 less 2: neither update lost"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paying_order_that_gets_no_lease_never_takes_unpaid_reservations_past_their_cap() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&[
+            "--allow-unsafe-guards",
+            "--payment-concurrency",
+            "1",
+            "--request-timeout-ms",
+            "4000",
+            "--max-unpaid-share",
+            "0.5",
+        ])
+        .await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 4, "per_user_limit": 4, "batch_max": 1 }),
+    )
+    .await;
+    // Unpaid reservations hold their whole share (2 of 4).
+    for user in ["r1", "r2"] {
+        assert_eq!(
+            reserve(&app.base_url, product, user).await.status,
+            StatusCode::CREATED
+        );
+    }
+    // The one payment lease is held by a charge that hangs (the lock lab's).
+    let lab = format!("{}/api/payments/semaphore", app.base_url);
+    let acquire = http().post(&lab).bearer_auth(ADMIN_TOKEN);
+    let taken = send(acquire.json(&json!({ "action": "acquire" })))
+        .await
+        .unwrap();
+    assert_eq!(taken.status, StatusCode::ACCEPTED, "{taken:?}");
+    wait_until(
+        Duration::from_secs(30),
+        "the lab holding the lease",
+        || async {
+            let view = send(http().get(&lab)).await.ok()?.body;
+            (view["leases"].as_array()?.len() == 1).then_some(())
+        },
+    )
+    .await;
+
+    // A paying order gets no lease: it may not become a third unpaid reservation.
+    let reply = place_order(&http(), &app.base_url, product, "payer")
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::CONFLICT, "too_many_unpaid"),
+        "{reply:?}"
+    );
+    let reserved: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM orders WHERE product_id = $1 AND status = 'reserved'",
+    )
+    .bind(product)
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(reserved, 2, "no reservation past the cap");
+    assert_eq!(env.stock(product).await, 2, "its unit went back on sale");
+    assert!(env.provider.ledger().await.is_empty(), "nothing charged");
+    let clear = http().post(&lab).bearer_auth(ADMIN_TOKEN);
+    send(clear.json(&json!({ "action": "clear" })))
+        .await
+        .unwrap();
+}

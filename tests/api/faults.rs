@@ -303,6 +303,8 @@ async fn a_holder_paused_past_its_session_is_fenced_out_and_serves_again() {
         "20000",
         "--request-timeout-ms",
         "60000",
+        "--shutdown-grace-ms",
+        "62000",
     ];
     // The paused instance thinks long in its critical section: long enough that it is still
     // inside when the SIGSTOP lands (checked below), short enough to wait out after SIGCONT.

@@ -127,8 +127,13 @@ pub async fn enter_as(
     let lock = zk
         .lock_stock_as(owner, product_id, recipe, session, timeout)
         .await?;
+    Ok(fenced(lock))
+}
+
+/// A granted lock, and the protection its token gives the stock write.
+fn fenced(lock: StockLock) -> (Option<StockLock>, Protection) {
     let protection = Protection::Fenced(lock.token);
-    Ok((Some(lock), protection))
+    (Some(lock), protection)
 }
 
 /// [`enter`] for a sale's lock cycle: with a ZooKeeper guard, the product's terms are
@@ -146,8 +151,7 @@ pub async fn enter_for_sale(
     let lock = zk
         .lock_for_sale(product_id, recipe, session, timeout)
         .await?;
-    let protection = Protection::Fenced(lock.token);
-    Ok((Some(lock), protection))
+    Ok(fenced(lock))
 }
 
 #[cfg(test)]

@@ -283,6 +283,37 @@ mod tests {
         }
     }
 
+    /// [`decide`] for a batch whose keys are all still their own.
+    fn plain(
+        stock: i32,
+        max_per_order: i32,
+        per_user_limit: i32,
+        unpaid_room: i32,
+        held: &HashMap<String, i32>,
+        tickets: &[Ticket],
+    ) -> (Vec<Verdict>, i32) {
+        let none = HashSet::new();
+        decide(
+            stock,
+            max_per_order,
+            per_user_limit,
+            unpaid_room,
+            held,
+            &none,
+            tickets,
+        )
+    }
+
+    #[test]
+    fn an_order_whose_key_was_taken_over_sells_nothing_and_the_next_gets_its_unit() {
+        let tickets = [ticket("a", 1), ticket("b", 1)];
+        let superseded = HashSet::from([tickets[0].id]);
+        let held = HashMap::new();
+        let (verdicts, left) = decide(1, i32::MAX, 5, i32::MAX, &held, &superseded, &tickets);
+        assert_eq!(verdicts, [Verdict::Superseded, Verdict::Take]);
+        assert_eq!(left, 0);
+    }
+
     #[test]
     fn the_last_units_go_to_the_first_orders_they_cover() {
         // 3 left: the order for 2 fits, the next for 2 does not, a later one for 1 still does.
@@ -292,15 +323,7 @@ mod tests {
             ticket("c", 1),
             ticket("d", 1),
         ];
-        let (verdicts, left) = decide(
-            3,
-            i32::MAX,
-            5,
-            i32::MAX,
-            &HashMap::new(),
-            &HashSet::new(),
-            &tickets,
-        );
+        let (verdicts, left) = plain(3, i32::MAX, 5, i32::MAX, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, SoldOut, Take, SoldOut]);
         assert_eq!(left, 0);
@@ -309,15 +332,7 @@ mod tests {
     #[test]
     fn one_buyer_twice_in_a_batch_gets_no_more_than_the_limit() {
         let tickets = [ticket("a", 1), ticket("a", 1), ticket("b", 1)];
-        let (verdicts, left) = decide(
-            10,
-            i32::MAX,
-            1,
-            i32::MAX,
-            &HashMap::new(),
-            &HashSet::new(),
-            &tickets,
-        );
+        let (verdicts, left) = plain(10, i32::MAX, 1, i32::MAX, &HashMap::new(), &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Limit, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -326,17 +341,9 @@ mod tests {
     fn what_a_buyer_already_holds_counts_against_the_limit() {
         let held = HashMap::from([("a".to_string(), 2)]);
         let tickets = [ticket("a", 1), ticket("b", 3)];
-        let (verdicts, left) = decide(10, i32::MAX, 3, i32::MAX, &held, &HashSet::new(), &tickets);
+        let (verdicts, left) = plain(10, i32::MAX, 3, i32::MAX, &held, &tickets);
         assert_eq!(verdicts, [Verdict::Take, Verdict::Take]);
-        let (verdicts, _) = decide(
-            10,
-            i32::MAX,
-            2,
-            i32::MAX,
-            &held,
-            &HashSet::new(),
-            &tickets[..1],
-        );
+        let (verdicts, _) = plain(10, i32::MAX, 2, i32::MAX, &held, &tickets[..1]);
         assert_eq!(verdicts, [Verdict::Limit], "2 held, limit 2");
         assert_eq!(left, 6);
     }
@@ -345,13 +352,12 @@ mod tests {
     fn the_limit_is_checked_before_the_stock_as_alone() {
         // A buyer at the limit is told so even when the stock is gone too.
         let held = HashMap::from([("a".to_string(), 1)]);
-        let (verdicts, left) = decide(
+        let (verdicts, left) = plain(
             0,
             i32::MAX,
             1,
             i32::MAX,
             &held,
-            &HashSet::new(),
             &[ticket("a", 1), ticket("b", 1)],
         );
         assert_eq!(verdicts, [Verdict::Limit, Verdict::SoldOut]);
@@ -365,15 +371,7 @@ mod tests {
             ..ticket(user, 1)
         };
         let tickets = [unpaid("a"), unpaid("b"), ticket("c", 1), unpaid("d")];
-        let (verdicts, left) = decide(
-            10,
-            i32::MAX,
-            1,
-            2,
-            &HashMap::new(),
-            &HashSet::new(),
-            &tickets,
-        );
+        let (verdicts, left) = plain(10, i32::MAX, 1, 2, &HashMap::new(), &tickets);
         use Verdict::*;
         assert_eq!(verdicts, [Take, Take, Take, Unpaid]);
         assert_eq!(left, 7);
@@ -382,15 +380,7 @@ mod tests {
     #[test]
     fn an_order_over_the_changed_cap_is_refused_and_takes_nothing() {
         let tickets = [ticket("a", 3), ticket("b", 2)];
-        let (verdicts, left) = decide(
-            10,
-            2,
-            5,
-            i32::MAX,
-            &HashMap::new(),
-            &HashSet::new(),
-            &tickets,
-        );
+        let (verdicts, left) = plain(10, 2, 5, i32::MAX, &HashMap::new(), &tickets);
         assert_eq!(verdicts, [Verdict::TooMany, Verdict::Take]);
         assert_eq!(left, 8);
     }
@@ -408,13 +398,12 @@ mod tests {
                 })
                 .collect();
             let room = rng.i32(0..10);
-            let (verdicts, left) = decide(
+            let (verdicts, left) = plain(
                 stock,
                 i32::MAX,
                 rng.i32(1..5),
                 room,
                 &HashMap::new(),
-                &HashSet::new(),
                 &tickets,
             );
             let unpaid: i32 = tickets

@@ -34,15 +34,9 @@ pub async fn money_is_exact(env: &TestEnv) {
         charged_sorted, paid,
         "succeeded charges = paid orders, one each"
     );
-    let paying: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE status = 'paying'")
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let paying = count(env, "SELECT COUNT(*) FROM orders WHERE status = 'paying'").await;
     assert_eq!(paying, 0, "no order left paying");
-    let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payments WHERE outcome IS NULL")
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let pending = count(env, "SELECT COUNT(*) FROM payments WHERE outcome IS NULL").await;
     assert_eq!(pending, 0, "no intent left pending");
     let recorded: Vec<String> =
         sqlx::query_scalar("SELECT key FROM payments WHERE outcome = 'succeeded' ORDER BY key")
@@ -52,7 +46,11 @@ pub async fn money_is_exact(env: &TestEnv) {
     assert_eq!(recorded, paid, "one succeeded payment row per paid order");
 }
 
-/// Waits until the order is `paid` (settled by its task or the sweep).
+/// A count the test database answers.
+async fn count(env: &TestEnv, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&env.db).await.unwrap()
+}
+
 /// Waits until the order is `paid` (settled by its task or the sweep); the database may be
 /// coming back meanwhile.
 pub async fn wait_paid(env: &TestEnv, order_id: &str) {
@@ -271,10 +269,7 @@ async fn a_key_whose_holder_was_killed_mid_order_gets_a_final_answer_soon_after_
         took < Duration::from_secs(20),
         "final answer after {took:?}"
     );
-    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE user_id = 'erin'")
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let orders = count(&env, "SELECT COUNT(*) FROM orders WHERE user_id = 'erin'").await;
     assert_eq!(orders, 1, "one order for the key");
     money_is_exact(&env).await;
 }

@@ -28,6 +28,8 @@ use crate::teaching::Teaching;
 pub struct Application {
     listener: TcpListener,
     state: AppState,
+    /// Keeps this instance's ZooKeeper ensemble alive in Postgres (`inventory::ensembles`).
+    standing: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -92,6 +94,8 @@ impl Application {
             config.zk_auth.clone(),
         )
         .await?;
+        // Before serving: whether our ensemble may guard the stock (or another, alive, does).
+        let (standing, standing_task) = inventory::keep_standing(db.clone(), zk.clone()).await;
         let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout").await?;
         let demo = Flags::start(zk.clone(), &config.zk_root, "demo").await?;
         let events = Events::start(db.clone(), zk.clone(), sold_out.clone())
@@ -129,9 +133,14 @@ impl Application {
             events,
             teaching,
             tasks,
+            standing,
             config: Arc::new(config),
         };
-        Ok(Application { listener, state })
+        Ok(Application {
+            listener,
+            state,
+            standing: standing_task,
+        })
     }
 
     /// The address actually bound (port 0 becomes a real port).
@@ -164,7 +173,11 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Application { listener, state } = self;
+        let Application {
+            listener,
+            state,
+            standing,
+        } = self;
         let tasks = state.tasks.clone();
         let zk = state.zk.clone();
         let db = state.db.clone();
@@ -217,7 +230,7 @@ impl Application {
                 "requests or orders still in flight after the grace period; closing anyway"
             ),
         }
-        for background in [sweeper, purger] {
+        for background in [sweeper, purger, standing] {
             background.abort();
             let _ = background.await;
         }

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::AppState;
 use super::Json;
+use crate::inventory::Standing;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -38,12 +39,31 @@ pub(super) struct Health {
     status: Status,
 }
 
+/// Whether this instance's ZooKeeper ensemble guards the stock.
+#[derive(Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Ensemble {
+    /// Its tokens can claim stock rows.
+    Guarding,
+    /// Another ensemble, alive, guards this database (is this instance pointed at the right
+    /// ZooKeeper?): it sells nothing until that one has been silent for a few session
+    /// timeouts, as a wiped ZooKeeper's old identity is.
+    Outranked,
+    /// Not known yet: PostgreSQL did not answer.
+    Unknown,
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct Readiness {
-    /// `ok` when both backing services answer.
+    /// `ok` when both backing services answer and our ensemble guards the stock.
     status: Status,
     postgres: Status,
     zookeeper: Status,
+    ensemble: Ensemble,
+    /// The ensemble that guards the stock instead of ours, when `ensemble` is `outranked`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Uuid)]
+    guarding: Option<uuid::Uuid>,
     /// This instance's name, as written into its lock nodes.
     instance: String,
 }
@@ -55,7 +75,8 @@ pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: Status::Ok })
 }
 
-/// Both backing services answer. 503 otherwise, naming the one that does not.
+/// Both backing services answer and this instance's ZooKeeper ensemble guards the stock.
+/// 503 otherwise, naming what is wrong.
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
         (status = 200, description = "PostgreSQL and ZooKeeper answer", body = Readiness),
@@ -69,15 +90,23 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
     .await
     .is_ok_and(|r| r.is_ok());
     let zookeeper = state.zk.ping().await;
-    let status = if postgres && zookeeper {
+    let (ensemble, guarding) = match *state.standing.borrow() {
+        Standing::Guarding => (Ensemble::Guarding, None),
+        Standing::Outranked { guarding } => (Ensemble::Outranked, Some(guarding)),
+        Standing::Unknown => (Ensemble::Unknown, None),
+    };
+    let ready = postgres && zookeeper && matches!(ensemble, Ensemble::Guarding);
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let body = Readiness {
-        status: Status::of(postgres && zookeeper),
+        status: Status::of(ready),
         postgres: Status::of(postgres),
         zookeeper: Status::of(zookeeper),
+        ensemble,
+        guarding,
         instance: state.zk.instance().to_string(),
     };
     (status, Json(body))

@@ -62,6 +62,8 @@ pub struct AppState {
     pub teaching: Teaching,
     /// Every task that carries orders: a handler's order task joins them.
     pub tasks: TaskTracker,
+    /// Whether this instance's ZooKeeper ensemble guards the stock (readiness).
+    pub standing: tokio::sync::watch::Receiver<crate::inventory::Standing>,
     pub config: Arc<Config>,
 }
 

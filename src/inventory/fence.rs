@@ -8,52 +8,33 @@ use sqlx::PgPool;
 use crate::lock::Token;
 
 /// Claims the product's row for `token`, in a commit of its own, if the token is the row's
-/// (an owner's re-entry: one grant, one node, so one holder) or newer than the row's: a later zxid of the same ensemble, or any zxid of an ensemble Postgres first
-/// saw later. The second case is how a wiped or replaced ZooKeeper, whose zxids start again
-/// from zero, takes over without anyone editing the database; and why no window opens for
-/// two writers: the order of tokens stays total, and the old ensemble's holders are fenced
-/// out for good even if it comes back. `None`: a newer token has claimed the row.
+/// (an owner's re-entry: one grant, one node, so one holder) or newer than the row's: a
+/// later zxid of the same ensemble, or any zxid of an ensemble with a newer epoch. The
+/// second case is how a wiped or replaced ZooKeeper, whose zxids start again from zero,
+/// takes over without anyone editing the database ([`super::ensembles`] decides when it may);
+/// and why no window opens for two writers: the order of tokens stays total, and the old
+/// ensemble's holders are fenced out even if it comes back. `None`: a newer token has
+/// claimed the row, or Postgres does not rank our ensemble (yet).
 pub(super) async fn claim(
     db: &PgPool,
     product_id: i64,
     token: Token,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    let mut met = false;
-    loop {
-        let epoch: Option<i64> = sqlx::query_scalar!(
-            "UPDATE products p SET fence_epoch = e.epoch, fence = $3
-             FROM zk_ensembles e
-             WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) <= (e.epoch, $3)
-             RETURNING e.epoch",
-            product_id,
-            token.ensemble,
-            token.zxid
-        )
-        .fetch_optional(db)
-        .await?;
-        if let Some(epoch) = epoch {
-            return Ok(Some(Claim {
-                epoch,
-                zxid: token.zxid,
-            }));
-        }
-        if met {
-            return Ok(None);
-        }
-        // Not claimed: a newer token holds the row, or Postgres had not met this ensemble
-        // (its first tokens after a replacement). Number it (once per ensemble; another
-        // instance may do it at the same moment), then try once more.
-        let new = sqlx::query!(
-            "INSERT INTO zk_ensembles (id) VALUES ($1) ON CONFLICT DO NOTHING",
-            token.ensemble
-        )
-        .execute(db)
-        .await?;
-        if new.rows_affected() == 1 {
-            tracing::warn!(ensemble = %token.ensemble, "a ZooKeeper ensemble new to Postgres granted a lock: its tokens now fence the old ones");
-        }
-        met = true;
-    }
+    let epoch: Option<i64> = sqlx::query_scalar!(
+        "UPDATE products p SET fence_epoch = e.epoch, fence = $3
+         FROM zk_ensembles e
+         WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) <= (e.epoch, $3)
+         RETURNING e.epoch",
+        product_id,
+        token.ensemble,
+        token.zxid
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(epoch.map(|epoch| Claim {
+        epoch,
+        zxid: token.zxid,
+    }))
 }
 
 /// A token as the product's row records it: Postgres's number for the token's ensemble

@@ -5,12 +5,14 @@
 //! The rules (what a valid product is, what a read-check-write decides, what the audit
 //! concludes) are plain functions; the SQL around them sits beside them.
 
+mod ensembles;
 mod fence;
 mod guard;
 mod product;
 mod stock;
 mod terms;
 
+pub use ensembles::{keep_standing, Standing, SILENCE};
 pub use guard::{enter, enter_as, enter_for_sale, Guard, Protection};
 pub use product::{
     create, fence, get, list, seed_demo, stock, Audit, NewProduct, Product, BOUNDS, MAX_BATCH,

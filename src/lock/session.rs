@@ -124,6 +124,20 @@ impl Zk {
         }
     }
 
+    /// Reads `{root}/ensemble` (a read, no write) and, if it no longer holds our session's
+    /// identity (deleted, or made again by an instance started since), takes up what is
+    /// there now, so every instance on one ZooKeeper converges on one identity.
+    pub async fn check_identity(&self) {
+        let (client, ours) = self.live();
+        metrics::zk("get_data");
+        match client.get_data(&format!("{}/ensemble", self.root())).await {
+            Ok((data, _)) if data == ours.as_bytes() => {}
+            Ok(_) | Err(zk::Error::NoNode) => self.reidentify().await,
+            // Connection trouble: the session's supervisor deals with it.
+            Err(_) => {}
+        }
+    }
+
     /// The ACL for nodes we create (see [`Zk::connect`]).
     pub fn acls(&self) -> zk::Acls<'static> {
         self.inner.acls
@@ -157,6 +171,16 @@ impl Zk {
     /// Resolves when the session is being closed on purpose.
     pub fn closing(&self) -> watch::Receiver<bool> {
         self.inner.closing.subscribe()
+    }
+
+    /// The identity of the ensemble the current session is connected to.
+    pub fn ensemble(&self) -> Uuid {
+        self.live().1
+    }
+
+    /// How long ZooKeeper keeps a silent session's nodes.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session_timeout
     }
 
     pub fn root(&self) -> &str {

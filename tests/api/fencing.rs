@@ -97,7 +97,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     let app = env.spawn_app(&[]).await;
     let product = create_product(&app.base_url, 10, "zk").await;
     let db = env.db.clone();
-    let ours = Uuid::new_v4();
+    let ours = app.zk.ensemble();
 
     // Token 10 claims and reads, then pauses until told; token 20 claims and sells meanwhile.
     let (has_read, go_on, older) = paused_take(&db, product, token(ours, 10));
@@ -166,6 +166,15 @@ fn paused_take(
     (has_read, go_on, taking)
 }
 
+/// Postgres meets `ensemble`: its epoch is the newest.
+async fn rank(db: &sqlx::PgPool, ensemble: Uuid) {
+    sqlx::query("INSERT INTO zk_ensembles (id) VALUES ($1)")
+        .bind(ensemble)
+        .execute(db)
+        .await
+        .expect("rank an ensemble");
+}
+
 fn token(ensemble: Uuid, zxid: i64) -> Token {
     Token { ensemble, zxid }
 }
@@ -197,6 +206,9 @@ async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_revers
     let product = create_product(&app.base_url, 10, "zk").await;
     let db = env.db.clone();
     let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+    // Postgres ranks them in this order (as `inventory::ensembles` does once the old one
+    // falls silent: the stranger test below covers that decision).
+    rank(&db, old).await;
 
     assert!(
         take_one(&db, product, token(old, 5_000)).await,
@@ -206,9 +218,10 @@ async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_revers
     // new ensemble's first holder, with a far smaller zxid, claims the row and sells.
     let (has_read, go_on, stale) = paused_take(&db, product, token(old, 5_001));
     has_read.await.expect("the old holder reached its pause");
+    rank(&db, new).await;
     assert!(
         take_one(&db, product, token(new, 7)).await,
-        "the new ensemble takes over on its own"
+        "the new ensemble's tokens supersede the old ones"
     );
     go_on.send(()).expect("the old holder still paused");
     assert!(
@@ -223,39 +236,126 @@ async fn a_replaced_ensembles_tokens_supersede_the_old_ones_and_never_the_revers
     assert_eq!(env.stock(product).await, 7, "three sales were allowed");
 }
 
+async fn readiness(base_url: &str) -> Reply {
+    send(http().get(format!("{base_url}/readyz")))
+        .await
+        .unwrap()
+}
+
+/// Session timeouts short enough that an ensemble's silence ([`inventory::SILENCE`] of
+/// them) passes within a test.
+const SHORT_SESSIONS: [&str; 4] = [
+    "--zk-session-timeout-ms",
+    "2000",
+    "--db-statement-timeout-ms",
+    "1000",
+];
+
 #[tokio::test(flavor = "multi_thread")]
-async fn an_identity_made_again_under_a_running_instance_costs_it_one_cycle() {
+async fn an_identity_made_again_under_a_running_fleet_is_taken_up_by_all() {
     let env = TestEnv::new().await;
-    let old = env.spawn_app(&[]).await;
+    let old = env.spawn_app(&SHORT_SESSIONS).await;
     let product = create_per_request_product(&old.base_url, 5, "zk").await;
     let sold = place_order(&http(), &old.base_url, product, "before")
         .await
         .unwrap();
     assert_eq!(sold.status, StatusCode::CREATED);
-    // Someone deletes the identity node; the next instance to start makes a new one, which
-    // Postgres ranks above the old one when that instance sells.
+    // Someone deletes the identity node; the next instance to start makes a new one. The
+    // running instance reads it within a beat, and once the old identity has been silent
+    // for its window, Postgres ranks the new one first: both instances sell again.
     let zk = env.zk_client().await;
     zk.delete(&format!("{}/ensemble", env.zk_root), None)
         .await
         .unwrap();
-    let new = env.spawn_app(&[]).await;
-    let sold = place_order(&http(), &new.base_url, product, "new")
+    let new = env.spawn_app(&SHORT_SESSIONS).await;
+    wait_until(
+        Duration::from_secs(60),
+        "both instances to take up the new identity",
+        || async {
+            (old.zk.ensemble() == new.zk.ensemble()
+                && readiness(&old.base_url).await.status == StatusCode::OK
+                && readiness(&new.base_url).await.status == StatusCode::OK)
+                .then_some(())
+        },
+    )
+    .await;
+    for (app, user) in [(&new, "new"), (&old, "old")] {
+        let sold = place_order(&http(), &app.base_url, product, user)
+            .await
+            .unwrap();
+        assert_eq!(sold.status, StatusCode::CREATED, "{user}: {sold:?}");
+    }
+    assert_eq!(env.stock(product).await, 2);
+}
+
+/// A stranger: an instance pointed at another ZooKeeper (here another root, so another
+/// ensemble identity) over the same database, as with a staging ZooKeeper URL. It must not
+/// fence the live fleet out; it reports itself not ready and sells nothing. Once the fleet
+/// has been silent for its window (as a wiped ZooKeeper's old identity is), it takes over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stranger_ensemble_cannot_fence_a_live_fleet_out() {
+    let env = TestEnv::new().await;
+    let fleet = env.spawn_app(&SHORT_SESSIONS).await;
+    let product = create_product(&fleet.base_url, 10, "zk").await;
+    let sold = place_order(&http(), &fleet.base_url, product, "before")
         .await
         .unwrap();
     assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    let fenced_by: (i64, i64) =
+        sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
+            .bind(product)
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
 
-    // The old instance's session still carries the old identity: fenced once, then it
-    // reads the identity again and sells.
-    let fenced = place_order(&http(), &old.base_url, product, "old-1")
+    let elsewhere = format!("{}-stranger", env.zk_root);
+    let mut flags = SHORT_SESSIONS.to_vec();
+    flags.extend(["--zk-root", &elsewhere]);
+    let stranger = env.spawn_app(&flags).await;
+    let ready = readiness(&stranger.base_url).await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE, "{ready:?}");
+    assert_eq!(ready.body["ensemble"], "outranked", "{ready:?}");
+    assert_eq!(
+        ready.body["guarding"],
+        fleet.zk.ensemble().to_string(),
+        "{ready:?}"
+    );
+    let refused = place_order(&http(), &stranger.base_url, product, "at-the-stranger")
         .await
         .unwrap();
     assert_eq!(
-        (fenced.status, fenced.code()),
-        (StatusCode::SERVICE_UNAVAILABLE, "lock_lost")
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
     );
-    let sold = place_order(&http(), &old.base_url, product, "old-2")
+    // The fleet goes on selling, its fence untouched by the stranger.
+    for user in ["after-1", "after-2"] {
+        let sold = place_order(&http(), &fleet.base_url, product, user)
+            .await
+            .unwrap();
+        assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    }
+    let now: (i64, i64) = sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
+        .bind(product)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(now.0, fenced_by.0, "the fleet's epoch still fences the row");
+    assert_eq!(readiness(&fleet.base_url).await.status, StatusCode::OK);
+
+    // The fleet goes away for good: once it has been silent for its window, the stranger's
+    // ensemble takes over on its own (the wiped-ZooKeeper recovery).
+    drop(fleet);
+    wait_until(
+        Duration::from_secs(60),
+        "the stranger to take over from the silent fleet",
+        || async { (readiness(&stranger.base_url).await.status == StatusCode::OK).then_some(()) },
+    )
+    .await;
+    let sold = place_order(&http(), &stranger.base_url, product, "taken-over")
         .await
         .unwrap();
     assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
-    assert_eq!(env.stock(product).await, 2);
+    assert_eq!(env.stock(product).await, 6);
+    assert_eq!(audit(&stranger.base_url, product).await["consistent"], true);
 }

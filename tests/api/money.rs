@@ -281,7 +281,7 @@ async fn two_transactions_under_one_token_both_take_their_units() {
     let product = create_product(&app.base_url, 10, "zk").await;
     // One token, two transactions: an owner's re-entries.
     let token = Token {
-        ensemble: uuid::Uuid::new_v4(),
+        ensemble: app.zk.ensemble(),
         zxid: 1,
     };
     let protection = Protection::Fenced(token);

@@ -62,33 +62,38 @@ pub async fn place(
         };
         return first(answer);
     };
-    // The checks that write nothing come first, so a refused request leaves no key row —
-    // unless the key is known already (a retry): its first answer wins over what a check
-    // says now (a sold-out flag raised after its 201, the limit its own order reached).
-    let admitted = match shop.admit(&request, true).await {
-        Ok(admitted) => Ok(admitted),
-        Err(refused) => match known(db, &key).await {
-            Ok(true) => Err(refused),
-            Ok(false) => return first(Err(refused)),
-            Err(e) => return first(Err(e.into())),
-        },
-    };
     let window = shop.attempt_window();
+    let admitted = match shop.admit(&request, true).await {
+        Ok(admitted) => admitted,
+        // Nothing was decided (an outage, a full queue): the key stays free for the retry.
+        Err(refused) if refused.is_transient() => return first(Err(refused)),
+        // A refusal is the key's final answer like any other: kept, so a replay after a
+        // lost answer gets it again rather than what a check says by then (a restock, a
+        // limit's units released). Unless the key is known already (a retry): its first
+        // answer wins over what a check says now.
+        Err(refused) => {
+            let answer = Err(refused);
+            let fingerprint = request.fingerprint();
+            return match keep(db, &key, &fingerprint, &encode(&answer)).await {
+                Ok(true) => first(answer),
+                Ok(false) => match begin(db, &key, &fingerprint, encode, window).await {
+                    // Known a moment ago, freed since: the refusal is its answer now.
+                    Ok(Begin::First(attempt)) => {
+                        let kept = first(answer);
+                        if let Err(e) = finish(db, &key, attempt, &kept, false).await {
+                            tracing::warn!(error = %e, "could not record an idempotent refusal");
+                        }
+                        kept
+                    }
+                    begun => answer_begun(begun, first),
+                },
+                Err(e) => first(Err(e.into())),
+            };
+        }
+    };
     let attempt = match begin(db, &key, &request.fingerprint(), encode, window).await {
         Ok(Begin::First(attempt)) => attempt,
         begun => return answer_begun(begun, first),
-    };
-    let admitted = match admitted {
-        Ok(admitted) => admitted,
-        // Known a moment ago, freed since: the refusal stands, and like every refusal at
-        // admission it leaves no key row.
-        Err(refused) => {
-            let kept = first(Err(refused));
-            if let Err(e) = finish(db, &key, attempt, &kept, true).await {
-                tracing::warn!(error = %e, "could not free an idempotency key");
-            }
-            return kept;
-        }
     };
     let answer = shop
         .place(admitted, Some((&key, attempt)), client_gone)
@@ -137,14 +142,21 @@ fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) ->
     }
 }
 
-/// Whether a request has used the key already.
-async fn known(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1) AS "known!""#,
-        key
+/// Takes a free key with its final answer, in one statement (a refusal at admission, which
+/// placed nothing). `false`: the key is known already.
+async fn keep(db: &PgPool, key: &str, fingerprint: &Value, kept: &Kept) -> Result<bool, sqlx::Error> {
+    let taken = sqlx::query!(
+        "INSERT INTO idempotency_keys (key, request, status_code, response, completed_at)
+         VALUES ($1, $2, $3, $4, now())
+         ON CONFLICT (key) DO NOTHING",
+        key,
+        fingerprint,
+        kept.status as i16,
+        &kept.body
     )
-    .fetch_one(db)
-    .await
+    .execute(db)
+    .await?;
+    Ok(taken.rows_affected() == 1)
 }
 
 /// A key's row as `begin` reads it.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use serde_json::json;
 use zookeeper_client as zk;
 
 use crate::helpers::*;
@@ -17,7 +18,7 @@ async fn rows(env: &TestEnv) -> (i64, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn rejected_orders_write_no_order_row_and_no_key_row() {
+async fn rejected_orders_write_no_order_row_and_keep_a_keyed_refusal_for_replay() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&["--max-waiters-per-product", "1"]).await;
     let sold_out = create_product(&app.base_url, 1, "zk").await;
@@ -75,12 +76,35 @@ async fn rejected_orders_write_no_order_row_and_no_key_row() {
     for (reply, code) in &flood {
         assert_eq!(reply.code(), *code, "{reply:?}");
     }
+    // No rejection placed an order. A keyed refusal (sold out, over the limit, unknown
+    // product) is its key's final answer and is kept, so a replay answers it again; a
+    // too-busy answer (try again) and an unkeyed refusal write nothing.
+    let kept = 3 * 10; // the keyed sold_out, purchase_limit and unknown_product answers
     assert_eq!(
         rows(&env).await,
-        before,
-        "{} rejections wrote rows",
+        (before.0, before.1 + kept),
+        "{} rejections",
         flood.len()
     );
+    // After a restock the product sells again, but a refused key still answers its refusal:
+    // its client was told "sold out", and no duplicate of its request may buy behind it.
+    let restocked = send(
+        http()
+            .post(format!("{}/api/products/{sold_out}/restock", app.base_url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({ "quantity": 5 })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(restocked.status, StatusCode::OK, "{restocked:?}");
+    let replay = order_with_key(&app.base_url, sold_out, "late-0", "flood-0").await;
+    assert_eq!(
+        (replay.status, replay.code(), replay.replayed),
+        (StatusCode::CONFLICT, "sold_out", true),
+        "{replay:?}"
+    );
+    let fresh = order_with_key(&app.base_url, sold_out, "late-0", "flood-0-again").await;
+    assert_eq!(fresh.status, StatusCode::CREATED, "{fresh:?}");
 
     hold.release();
     assert_eq!(holder.await.unwrap().unwrap().status, StatusCode::CREATED);

@@ -1,0 +1,222 @@
+"""loadtest/chaos: a sale over three instances while nemeses strike on a seeded schedule,
+then a checker over the history, PostgreSQL and the provider's ledger. Exits 1 when any
+invariant fails (the report says which, with examples), 2 when the run itself broke."""
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import checker, nemesis, report
+from .buyers import Sale, buyer, restocker
+from .client import Conn, History
+from .cluster import Cluster, get_json, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def options():
+    p = argparse.ArgumentParser(prog="loadtest/chaos", description=__doc__)
+    p.add_argument("--seed", type=int, default=None, help="the schedule's seed (printed; replays a run)")
+    p.add_argument("--duration", type=int, default=600, help="seconds of sale under nemeses")
+    p.add_argument("--buyers", type=int, default=300)
+    p.add_argument("--reps", type=int, default=None, help="times each nemesis kind strikes")
+    p.add_argument("--quick", action="store_true", help="CI-sized: 60 s, 100 buyers, each kind once")
+    p.add_argument("--out", type=Path, default=None, help="where the report goes")
+    p.add_argument("--bin-dir", type=Path, default=ROOT / "target" / "release")
+    p.add_argument("--pg-port", type=int, default=5434, help="the cluster the run restarts")
+    p.add_argument("--pg-cluster", default=os.environ.get("FAULTS_PG_CLUSTER", "15/seckill_faults"))
+    p.add_argument("--ledger-pg-port", type=int, default=5433)
+    p.add_argument("--session-ms", type=int, default=4000)
+    p.add_argument("--request-ms", type=int, default=6000)
+    p.add_argument("--kinds", default=",".join(nemesis.KINDS),
+                   help="the nemesis kinds to use, comma-separated (all by default)")
+    p.add_argument("--instance-flag", action="append", default=[], dest="instance_flags",
+                   help="one more flag for every instance (repeat it)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the sale's databases (printed) for a look after the run")
+    p.add_argument("--label", default="", help="a word for the report's title (a mutant's name)")
+    o = p.parse_args()
+    o.kinds = [k for k in o.kinds.split(",") if k]
+    unknown = [k for k in o.kinds if k not in nemesis.KINDS]
+    if unknown:
+        p.error(f"unknown nemesis kinds {unknown}; the kinds: {','.join(nemesis.KINDS)}")
+    if o.quick:
+        o.duration, o.buyers = 60, 100
+        o.reps = o.reps or 1
+    o.reps = o.reps or max(3, o.duration // (15 * len(o.kinds)))
+    if o.seed is None:
+        o.seed = random.SystemRandom().randrange(1, 10**6)
+    o.out = o.out or (ROOT / ".run" / "chaos" if o.quick else ROOT / "loadtest" / "results")
+    o.admin_token = f"chaos-{random.SystemRandom().getrandbits(64):x}"
+    return o
+
+
+def log(msg):
+    print(f"\033[1;35m[chaos]\033[0m {msg}", flush=True)
+
+
+async def admin_post(port, token, path, body):
+    conn = Conn(port)
+    try:
+        status, _, raw = await conn.request("POST", path, body,
+                                            {"Authorization": f"Bearer {token}"}, timeout=10)
+        if status not in (200, 201):
+            raise RuntimeError(f"POST {path}: {status} {raw}")
+        return json.loads(raw)
+    finally:
+        conn.close()
+
+
+async def heal(cluster, history):
+    """Whatever a nemesis left (none should): every instance running and resumed, every link
+    open, the provider up with no faults, every ZooKeeper server up."""
+    for inst in cluster.instances:
+        inst.signal(signal.SIGCONT)
+        if not inst.running():
+            inst.start()
+    for links in cluster.links:
+        links["pg"].restore()
+        links["pg"].drop_next_commits(0)
+        for z in links["zk"]:
+            z.restore()
+    if cluster.provider.poll() is not None:
+        cluster.start_provider()
+    await cluster.wait_provider()
+    await cluster.provider_settings({"slow_rate": 0.0, "error_rate": 0.0, "lose_rate": 0.0})
+    for i, proc in enumerate(cluster.ensemble.procs):
+        if proc.poll() is not None:
+            cluster.ensemble.start(i)
+    for inst in cluster.instances:
+        await inst.wait_healthy()
+
+    async def all_ready():
+        return all([(await inst.ready())[0] for inst in cluster.instances])
+
+    await wait_for("every instance to be ready again", all_ready, limit=90)
+    history.note("healed_all")
+
+
+async def run(o):
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    run_dir = ROOT / ".run" / f"chaos-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    o.out.mkdir(parents=True, exist_ok=True)
+    plan = nemesis.schedule(o.seed, o.duration, o.reps, o.kinds)
+    log(f"seed {o.seed}: {o.duration} s, {o.buyers} buyers, {len(plan)} nemeses "
+        f"({o.reps} of each of {len(o.kinds)} kinds); logs in {run_dir.relative_to(ROOT)}")
+    cluster = Cluster(o, run_dir)
+    history = None
+    tasks = []
+    try:
+        await cluster.start()
+        first = cluster.instances[0].port
+
+        async def ready0():
+            return (await cluster.instances[0].ready())[0]
+
+        await wait_for("the first instance to be ready", ready0)
+        products = []
+        # Enough stock that the sale goes on under every nemesis (the restocks add more):
+        # a stall is then the service's, not the sale's end.
+        for name, stock, limit, batch in (("hot", 30 * o.duration, 2, 256),
+                                          ("per-request", 8 * o.duration, 1, 1)):
+            products.append(await admin_post(first, o.admin_token, "/api/products", {
+                "name": f"chaos {name}", "price_cents": 1999 if batch > 1 else 2999, "stock": stock,
+                "guard": "zk", "max_per_order": 2, "per_user_limit": limit,
+                "reservation_ttl_s": 3, "batch_max": batch}))
+        history = History(run_dir / "history.jsonl", time.monotonic())
+        sale = Sale(history, [inst.port for inst in cluster.instances], products,
+                    o.admin_token, o.seed, client_timeout=o.request_ms / 1000 + 4)
+        chaos = nemesis.Nemesis(cluster, sale, history, o.seed, o.session_ms)
+        history.note("sale", seed=o.seed)
+        buyers = [asyncio.create_task(buyer(sale, n)) for n in range(o.buyers)]
+        operator = asyncio.create_task(restocker(sale))
+        strikes = asyncio.create_task(chaos.run(plan, 0.0))
+        tasks = [*buyers, operator, strikes]
+        await asyncio.sleep(o.duration)
+        sale.stopping = True
+        sale_end = history.now()
+        history.note("sale_end")
+        log(f"sale over at {sale_end:.0f} s; waiting for the last nemeses to heal")
+        await asyncio.wait_for(strikes, timeout=120)
+        await operator
+        await heal(cluster, history)
+        # Buyers still holding a key without a final answer replay it, for a while.
+        sale.hard_end = history.now() + 60
+        await asyncio.gather(*buyers)
+        log("every buyer done; waiting for the sweep to settle what is left")
+        # The sweep's window: the last reservations' expiry, and an abandoned payment
+        # attempt's (the request timeout and its margin), past the sale's last request.
+        window = max(3 + 3, o.request_ms / 1000 + 4)
+        last = max((e["t1"] for e in history.events if "op" in e), default=0.0)
+        await asyncio.sleep(max(0.0, last + window - history.now()))
+        settle_deadline = time.monotonic() + 90
+        while True:
+            done, left = checker.settled(cluster)
+            if done or time.monotonic() > settle_deadline:
+                break
+            await asyncio.sleep(0.5)
+        history.note("checked", left=left)
+        heal_s = history.now() - sale_end
+        cluster.ledger_charges = (await cluster.ledger())["charges"]
+        events = history.events
+        verdicts, facts = checker.check(events, cluster)
+        rows = report.stalls(events, chaos.timeline, sale_end)
+        name = f"chaos-{o.label + '-' if o.label else ''}{o.seed}"
+        meta = {"label": o.label, "flags": o.instance_flags, "kinds": o.kinds, "seed": o.seed, "duration": o.duration, "quick": o.quick, "started": stamp,
+                "commit": commit, "buyers": o.buyers, "heal": heal_s, "session_ms": o.session_ms,
+                "request_ms": o.request_ms}
+        text, ok, share_503, worst = report.markdown(meta, verdicts, facts, rows, events, f"{name}.svg")
+        (o.out / f"{name}.md").write_text(text)
+        (o.out / f"{name}.svg").write_text(
+            report.svg(events, chaos.timeline, sale_end, f"chaos sale, seed {o.seed}: answers per second"))
+        counted = {}
+        for n in chaos.timeline:
+            counted[n["kind"]] = counted.get(n["kind"], 0) + 1
+        missing = [k for k in o.kinds if counted.get(k, 0) < o.reps]
+        for v in verdicts:
+            log(f"{'ok  ' if v['ok'] else 'FAIL'} {v['name']}: {v['promise']}"
+                + ("" if v["ok"] else f" ({v['count']}: {v['examples'][0]})"))
+        log(f"{len(events)} events; 503s {100 * share_503:.1f} %; longest stall "
+            f"{max(worst.values(), default=0):.1f} s; report {(o.out / name).relative_to(ROOT)}.md")
+        if missing:
+            log(f"FAIL: nemesis kinds that did not strike {o.reps} times: {missing}")
+            return 1
+        log(f"seed {o.seed}: {'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if history:
+            history.close()
+        await cluster.stop()
+        if o.keep:
+            log(f"kept the databases {cluster.db} (port {o.pg_port}) and {cluster.ledger_db} "
+                f"(port {o.ledger_pg_port})")
+        else:
+            cluster.drop_databases()
+        cluster.clean()
+
+
+def main():
+    o = options()
+    try:
+        sys.exit(asyncio.run(run(o)))
+    except RuntimeError as e:
+        log(f"the run broke: {e}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The buyers: each order carries an Idempotency-Key; 429 and 503 are retried as Retry-After
+says, and a timeout or a dropped connection is answered by replaying the key (at whichever
+instance the "load balancer" picks next). A mix of pay-now orders, reservations paid later
+or left to lapse, replays of keys already answered, and restocks by an operator."""
+
+import asyncio
+import json
+import random
+import uuid
+
+from .client import Conn
+
+# Answers after which a client tries again with the same key: nothing was decided yet, and
+# the service keeps none of them for the key (see `Error::is_transient`): 429 and 503
+# (with Retry-After), and the conflicts that end on their own.
+TRANSIENT_STATUSES = {429, 503}
+TRANSIENT_CODES = {"idempotency_in_progress", "too_many_unpaid", "payment_in_progress"}
+
+
+def error_code(raw):
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
+
+
+def is_transient(event):
+    if "status" not in event:
+        return True  # no answer at all: timeout, refused, dropped
+    return event["status"] in TRANSIENT_STATUSES or error_code(event["body"]) in TRANSIENT_CODES
+
+
+class Sale:
+    def __init__(self, history, instances, products, admin_token, seed, client_timeout):
+        self.history = history
+        self.instances = instances  # ports the "load balancer" spreads requests over
+        self.products = products    # [{"id", "name"}]
+        self.admin_token = admin_token
+        self.rng = random.Random(seed)
+        self.client_timeout = client_timeout
+        self.stopping = False       # no new orders after the sale's end
+        self.hard_end = None        # history time after which nobody retries any more
+
+    def pick_instance(self, rng):
+        return rng.choice(list(self.instances))
+
+    async def send(self, who, op, method, path, body=None, key=None, rng=None, admin=False):
+        port = self.pick_instance(rng or self.rng)
+        headers = {}
+        if key:
+            headers["Idempotency-Key"] = key
+        if admin:
+            headers["Authorization"] = f"Bearer {self.admin_token}"
+        event = {"who": who, "op": op, "key": key, "port": port, "method": method,
+                 "path": path, "req": body, "t0": round(self.history.now(), 4)}
+        conn = Conn(port)
+        try:
+            status, heads, raw = await conn.request(method, path, body, headers,
+                                                    timeout=self.client_timeout)
+            event.update(status=status, body=raw, retry_after=heads.get("retry-after"),
+                         replayed=heads.get("idempotent-replayed") == "true")
+        except asyncio.TimeoutError:
+            event["error"] = "timeout"
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+            event["error"] = type(e).__name__
+        finally:
+            conn.close()
+        event["t1"] = round(self.history.now(), 4)
+        self.history.record(event)
+        return event
+
+    async def until_final(self, who, op, method, path, body, key, rng):
+        """Sends, then retries the same request (same key) until a final answer or the hard
+        end. Returns the final event, or None."""
+        while True:
+            event = await self.send(who, op, method, path, body, key, rng)
+            if not is_transient(event):
+                return event
+            if self.hard_end is not None and self.history.now() > self.hard_end:
+                return None
+            wait = 0.2
+            if event.get("retry_after"):
+                try:
+                    wait = min(float(event["retry_after"]), 2.0)
+                except ValueError:
+                    pass
+            await asyncio.sleep(wait * (0.5 + rng.random()))
+
+
+async def buyer(sale, n):
+    rng = random.Random(f"{sale.rng.random()}-{n}")
+    users = [f"u{n}-{k}" for k in range(40)]
+    answered = []  # (key, body) of keys with a final answer, to replay later
+    who = f"buyer-{n}"
+    await asyncio.sleep(rng.random())
+    while not sale.stopping:
+        roll = rng.random()
+        product = rng.choice(sale.products)
+        user = rng.choice(users)
+        if roll < 0.10 and answered:
+            key, body = rng.choice(answered)
+            await sale.until_final(who, "replay", "POST", "/orders", body, key, rng)
+        elif roll < 0.65:
+            body = {"product_id": product["id"], "user_id": user,
+                    "quantity": 2 if rng.random() < 0.2 else 1}
+            key = str(uuid.UUID(int=rng.getrandbits(128)))
+            final = await sale.until_final(who, "order", "POST", "/orders", body, key, rng)
+            if final:
+                answered.append((key, body))
+        else:
+            body = {"product_id": product["id"], "user_id": user, "pay": False}
+            key = str(uuid.UUID(int=rng.getrandbits(128)))
+            final = await sale.until_final(who, "reserve", "POST", "/orders", body, key, rng)
+            if final:
+                answered.append((key, body))
+            if final and final.get("status") == 201 and rng.random() < 0.6:
+                order = json.loads(final["body"])
+                await asyncio.sleep(rng.uniform(0.1, 2.5))
+                await sale.until_final(who, "pay", "POST", f"/orders/{order['id']}/pay",
+                                       None, None, rng)
+        await asyncio.sleep(rng.uniform(0.1, 0.6))
+
+
+async def restocker(sale):
+    """An operator adds units now and then. A restock is not idempotent, so an ambiguous
+    failure (timeout) is not retried: the checker reads the books from PostgreSQL."""
+    rng = random.Random(sale.rng.random())
+    while not sale.stopping:
+        await asyncio.sleep(rng.uniform(2.0, 5.0))
+        if sale.stopping:
+            break
+        product = rng.choice(sale.products)
+        body = {"quantity": rng.randint(20, 60)}
+        for _ in range(5):
+            event = await sale.send("operator", "restock", "POST",
+                                    f"/api/products/{product['id']}/restock", body,
+                                    rng=rng, admin=True)
+            if event.get("status") in TRANSIENT_STATUSES:
+                await asyncio.sleep(0.5)
+                continue
+            break

@@ -1,0 +1,162 @@
+"""The checker: after the faults have healed and the sweep has had its window, it reads the
+history, PostgreSQL and the provider's ledger, and fails on any broken promise."""
+
+import json
+from collections import defaultdict
+
+from .buyers import is_transient
+
+INVARIANTS = [
+    ("stock", "units sold never exceed the stock, and the books balance"),
+    ("paid_answers", "every 201/200 `paid` answer is a paid order, and every paid order has exactly one succeeded charge of its amount"),
+    ("charges", "every succeeded charge belongs to a paid order"),
+    ("settled", "no order left created or paying, no payment intent pending, no reservation past its expiry"),
+    ("per_user", "no buyer over the per-user limit"),
+    ("keys", "no key with two orders, and every final answer to a key is the key's first one"),
+    ("answers", "every answer is JSON, every error has a code and a message, and no 5xx but 503"),
+    ("keys_answered", "every key has a final answer once the faults have healed"),
+]
+
+
+# Statuses of an order that took stock at some point (an expired or declined order gave its
+# units back; `failed` and `sold_out` never had any).
+TOOK_STOCK = ("reserved", "paying", "paid", "expired", "payment_failed")
+
+
+def parse(raw):
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def check(history, cluster):
+    bad = defaultdict(list)
+    answers = [e for e in history if "op" in e]
+
+    # 7. every answer well-formed
+    for e in answers:
+        if "status" not in e:
+            continue
+        body = parse(e["body"])
+        if body is None:
+            bad["answers"].append(f"{e['status']} not JSON: {e['body'][:120]!r} ({e['method']} {e['path']})")
+        elif e["status"] >= 400 and not (isinstance(body.get("error"), str) and isinstance(body.get("message"), str)):
+            bad["answers"].append(f"{e['status']} without error and message: {e['body'][:160]}")
+        if e["status"] >= 500 and e["status"] != 503:
+            bad["answers"].append(f"{e['status']} at t={e['t0']}: {e['body'][:160]}")
+
+    # 6 and 8. keys
+    by_key = defaultdict(list)
+    key_orders = defaultdict(set)
+    for e in answers:
+        if e.get("key"):
+            by_key[e["key"]].append(e)
+    for key, events in by_key.items():
+        finals = [e for e in events if not is_transient(e)]
+        if not finals:
+            last = events[-1]
+            bad["keys_answered"].append(
+                f"key {key} ({last['who']}): last answer {last.get('status', last.get('error'))} {str(last.get('body', ''))[:100]}")
+            continue
+        first = finals[0]
+        for e in finals[1:]:
+            if (e["status"], e["body"]) != (first["status"], first["body"]):
+                bad["keys"].append(
+                    f"key {key}: first {first['status']} {first['body'][:100]} then {e['status']} {e['body'][:100]}")
+        for e in events:
+            body = parse(e.get("body"))
+            if isinstance(body, dict):
+                oid = body.get("order_id") or (body.get("id") if e.get("status") == 201 else None)
+                if oid:
+                    key_orders[key].add(oid)
+
+    # the books
+    products = cluster.query(
+        "SELECT id, stock, stocked_total, per_user_limit FROM products ORDER BY id")
+    orders = cluster.query(
+        "SELECT id::text, product_id, user_id, quantity, amount_cents, status, expires_at < now() - interval '3 seconds' AS overdue FROM orders")
+    intents = cluster.query(
+        "SELECT order_id::text, key, outcome FROM payments WHERE outcome IS NULL")
+    ledger = cluster.ledger_charges
+    by_id = {o["id"]: o for o in orders}
+
+    # 6. no key with two orders that took stock (an order that ended `failed`, after a lost
+    # lock or an outage, changed nothing and freed its key for the retry)
+    for key, oids in key_orders.items():
+        took = sorted(o for o in oids if by_id.get(o, {}).get("status") in TOOK_STOCK)
+        if len(took) > 1:
+            bad["keys"].append(f"key {key}: {len(took)} orders took stock: {took}")
+
+    # 1. stock
+    for p in products:
+        sold = sum(o["quantity"] for o in orders
+                   if o["product_id"] == p["id"] and o["status"] in ("reserved", "paying", "paid"))
+        if sold > p["stocked_total"]:
+            bad["stock"].append(f"product {p['id']}: sold {sold} > stocked {p['stocked_total']}")
+        if p["stock"] + sold != p["stocked_total"]:
+            bad["stock"].append(
+                f"product {p['id']}: stock {p['stock']} + sold {sold} != stocked {p['stocked_total']}")
+
+    # 2. paid answers and paid orders
+    succeeded = defaultdict(list)
+    for c in ledger:
+        if c["status"] == "succeeded":
+            succeeded[c["key"]].append(c)
+    for e in answers:
+        body = parse(e.get("body"))
+        if e.get("status") in (200, 201) and isinstance(body, dict) and body.get("status") == "paid":
+            row = by_id.get(body.get("id"))
+            if row is None or row["status"] != "paid":
+                bad["paid_answers"].append(
+                    f"answered paid at t={e['t0']}, order {body.get('id')} is {row and row['status']}")
+    for o in orders:
+        if o["status"] != "paid":
+            continue
+        charges = succeeded.get(f"seckill-{o['id']}", [])
+        if len(charges) != 1 or charges[0]["amount_cents"] != o["amount_cents"]:
+            bad["paid_answers"].append(
+                f"paid order {o['id']}: {len(charges)} succeeded charges {[c['amount_cents'] for c in charges]} for {o['amount_cents']}")
+
+    # 3. every succeeded charge is a paid order's
+    for key, charges in succeeded.items():
+        oid = key.removeprefix("seckill-")
+        row = by_id.get(oid)
+        if row is None or row["status"] != "paid":
+            bad["charges"].append(f"charge {key} ({charges[0]['amount_cents']}): order is {row and row['status']}")
+
+    # 4. nothing left half way
+    for o in orders:
+        if o["status"] in ("created", "paying"):
+            bad["settled"].append(f"order {o['id']} left {o['status']}")
+        if o["status"] == "reserved" and o["overdue"]:
+            bad["settled"].append(f"order {o['id']} still reserved past its expiry")
+    for i in intents:
+        bad["settled"].append(f"payment intent {i['key']} of order {i['order_id']} still pending")
+
+    # 5. per-user limit
+    limits = {p["id"]: p["per_user_limit"] for p in products}
+    held = defaultdict(int)
+    for o in orders:
+        if o["status"] in ("reserved", "paying", "paid"):
+            held[(o["product_id"], o["user_id"])] += o["quantity"]
+    for (pid, user), units in held.items():
+        if units > limits[pid]:
+            bad["per_user"].append(f"{user} holds {units} of product {pid} (limit {limits[pid]})")
+
+    return [{"name": name, "promise": promise, "ok": not bad[name], "count": len(bad[name]),
+             "examples": bad[name][:5]} for name, promise in INVARIANTS], {
+        "orders": len(orders), "paid": sum(o["status"] == "paid" for o in orders),
+        "charges": len(ledger), "succeeded": sum(len(v) for v in succeeded.values()),
+        "products": products}
+
+
+def settled(cluster):
+    """True once nothing is left for the sweep to do: no order created or paying, no
+    pending intent, no reservation past its expiry."""
+    rows = cluster.query(
+        "SELECT (SELECT count(*) FROM orders WHERE status IN ('created', 'paying')) AS busy,"
+        " (SELECT count(*) FROM payments WHERE outcome IS NULL) AS pending,"
+        " (SELECT count(*) FROM orders WHERE status = 'reserved' AND expires_at < now() - interval '3 seconds') AS overdue")
+    r = rows[0]
+    return r["busy"] == 0 and r["pending"] == 0 and r["overdue"] == 0, r

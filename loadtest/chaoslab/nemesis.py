@@ -1,0 +1,198 @@
+"""The nemeses, on a seeded schedule. Each one injects its fault, holds it, and heals it
+(in a `finally`, so a heal happens even when the sale ends first). Those that need one
+instance take one no other nemesis is working on; those on a shared part (the provider,
+the ensemble, PostgreSQL, the stranger) wait for it to be free."""
+
+import asyncio
+import random
+import signal
+
+KINDS = [
+    "stranger",       # an instance started against another ZooKeeper over the same database
+    "kill9",          # kill -9 an instance, restart it
+    "sigterm",        # SIGTERM one (a rolling restart), restart it
+    "pause",          # SIGSTOP one past its ZooKeeper session, then SIGCONT
+    "zk_leader",      # kill -9 the ZooKeeper leader, restart it
+    "pg_restart",     # restart PostgreSQL
+    "cut_zk",         # cut one instance from ZooKeeper for a few seconds
+    "cut_pg",         # cut one instance from PostgreSQL for a few seconds
+    "drop_commit",    # drop the replies to one instance's next COMMITs
+    "provider_down",  # the payment provider down
+    "provider_slow",  # its answers slower than the caller's timeout
+    "provider_5xx",   # half its answers 500
+    "provider_lose",  # it charges, and the answer is lost
+]
+
+# Which shared part each kind works on (instance kinds take a free instance instead).
+SHARED = {
+    "stranger": "stranger", "zk_leader": "ensemble", "pg_restart": "postgres",
+    "provider_down": "provider", "provider_slow": "provider", "provider_5xx": "provider",
+    "provider_lose": "provider",
+}
+
+
+def schedule(seed, duration, reps, kinds=KINDS):
+    """[(start second, kind)], every kind `reps` times, in a seeded order, spread evenly
+    over the first 90 % of the sale with some jitter."""
+    rng = random.Random(seed)
+    kinds = [k for k in kinds for _ in range(reps)]
+    rng.shuffle(kinds)
+    slot = duration * 0.9 / len(kinds)
+    return [(round(i * slot + rng.uniform(0, slot * 0.4), 2), kind) for i, kind in enumerate(kinds)]
+
+
+class Nemesis:
+    def __init__(self, cluster, sale, history, seed, session_ms):
+        self.cluster = cluster
+        self.sale = sale
+        self.history = history
+        self.rng = random.Random(f"nemesis-{seed}")
+        self.session_s = session_ms / 1000
+        self.busy = set()
+        self.timeline = []  # {"kind", "target", "start", "healed"}
+
+    async def take(self, kind):
+        """A part to work on: a free instance, or the shared part this kind needs."""
+        while True:
+            if kind in SHARED:
+                if SHARED[kind] not in self.busy:
+                    self.busy.add(SHARED[kind])
+                    return SHARED[kind]
+            else:
+                free = [i for i in range(3) if i not in self.busy]
+                if free:
+                    target = self.rng.choice(free)
+                    self.busy.add(target)
+                    return target
+            await asyncio.sleep(0.1)
+
+    async def run(self, plan, t_start):
+        tasks = [asyncio.create_task(self._one(at, kind, t_start)) for at, kind in plan]
+        await asyncio.gather(*tasks)
+
+    async def _one(self, at, kind, t_start):
+        delay = t_start + at - self.history.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        target = await self.take(kind)
+        entry = {"kind": kind, "target": target, "start": round(self.history.now(), 3)}
+        self.history.note("nemesis", kind=kind, target=target)
+        try:
+            await getattr(self, kind)(target)
+        finally:
+            entry["healed"] = round(self.history.now(), 3)
+            self.history.note("healed", kind=kind, target=target)
+            self.timeline.append(entry)
+            self.busy.discard(target)
+
+    def hold(self, low, high):
+        return asyncio.sleep(self.rng.uniform(low, high))
+
+    # -- instances -----------------------------------------------------------------------
+    async def kill9(self, i):
+        inst = self.cluster.instances[i]
+        inst.signal(signal.SIGKILL)
+        await inst.wait_exit(5)
+        await self.hold(0.5, 1.5)
+        inst.start()
+        await inst.wait_healthy()
+
+    async def sigterm(self, i):
+        inst = self.cluster.instances[i]
+        inst.signal(signal.SIGTERM)
+        await inst.wait_exit(self.cluster.opts.request_ms / 1000 + 10)
+        inst.start()
+        await inst.wait_healthy()
+
+    async def pause(self, i):
+        inst = self.cluster.instances[i]
+        inst.signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(self.session_s + self.rng.uniform(1.0, 2.0))
+        finally:
+            inst.signal(signal.SIGCONT)
+
+    async def cut_zk(self, i):
+        links = self.cluster.links[i]["zk"]
+        for link in links:
+            link.cut()
+        try:
+            await self.hold(2.0, self.session_s + 2.0)
+        finally:
+            for link in links:
+                link.restore()
+
+    async def cut_pg(self, i):
+        link = self.cluster.links[i]["pg"]
+        link.cut()
+        try:
+            await self.hold(2.0, 5.0)
+        finally:
+            link.restore()
+
+    async def drop_commit(self, i):
+        link = self.cluster.links[i]["pg"]
+        link.drop_next_commits(2)
+        try:
+            await self.hold(3.0, 5.0)
+        finally:
+            link.drop_next_commits(0)
+
+    # -- shared parts --------------------------------------------------------------------
+    async def stranger(self, _):
+        inst = self.cluster.new_stranger()
+        inst.start()
+        try:
+            await inst.wait_healthy()
+            # The load balancer sends it its share: it must sell nothing and fence nobody.
+            self.sale.instances.append(inst.port)
+            await self.hold(6.0, 9.0)
+        finally:
+            if inst.port in self.sale.instances:
+                self.sale.instances.remove(inst.port)
+            inst.signal(signal.SIGTERM)
+            await inst.wait_exit(self.cluster.opts.request_ms / 1000 + 10)
+
+    async def zk_leader(self, _):
+        zk = self.cluster.ensemble
+        leader = await zk.leader()
+        if leader is None:
+            return
+        zk.kill(leader)
+        try:
+            await self.hold(1.0, 3.0)
+        finally:
+            zk.start(leader)
+            await zk.wait_serving(leader)
+
+    async def pg_restart(self, _):
+        await asyncio.to_thread(self.cluster.pg_restart)
+
+    async def provider_down(self, _):
+        # Sometimes past a payment's whole budget in its request (the request timeout less
+        # a second): its outcome is then left to the sweep.
+        self.cluster.kill_provider()
+        try:
+            await self.hold(3.0, 8.0)
+        finally:
+            self.cluster.start_provider()
+            await self.cluster.wait_provider()
+
+    async def _provider_fault(self, settings, reset, low=2.0, high=4.0):
+        await self.cluster.provider_settings(settings)
+        try:
+            await self.hold(low, high)
+        finally:
+            await self.cluster.provider_settings(reset)
+
+    async def provider_slow(self, _):
+        # It charges, then answers after 7 s: past the caller's 2 s timeout on every try,
+        # and, held long enough, past the buyer's whole request: the sweep settles those.
+        await self._provider_fault({"slow_rate": 1.0, "slow_ms": 7000}, {"slow_rate": 0.0},
+                                   4.0, 9.0)
+
+    async def provider_5xx(self, _):
+        await self._provider_fault({"error_rate": 0.5}, {"error_rate": 0.0})
+
+    async def provider_lose(self, _):
+        await self._provider_fault({"lose_rate": 0.5}, {"lose_rate": 0.0})

@@ -1,0 +1,166 @@
+"""The report: the nemesis timeline over a chart of answers per second by kind, the longest
+stall after each nemesis, and the checker's verdict per invariant."""
+
+import html
+from collections import Counter, defaultdict
+
+
+KINDS = [("2xx", "#2e7d32"), ("409", "#f9a825"), ("4xx", "#8d6e63"), ("429", "#6a1b9a"),
+         ("503", "#c62828"), ("no answer", "#9e9e9e")]
+
+
+def kind_of(e):
+    if "status" not in e:
+        return "no answer"
+    s = e["status"]
+    if s < 300:
+        return "2xx"
+    if s in (409, 429, 503):
+        return str(s)
+    return "4xx"
+
+
+def stalls(history, timeline, sale_end, tail=10.0):
+    """Per nemesis, the longest time a product sold nothing (no 2xx order or payment for
+    it), from the nemesis's start to `tail` seconds after it healed: the worst product."""
+    sales = defaultdict(list)
+    for e in history:
+        if "op" in e and e.get("status") in (200, 201) and isinstance(e.get("req"), dict) \
+                and "product_id" in e["req"]:
+            sales[e["req"]["product_id"]].append(e["t1"])
+    out = []
+    for n in timeline:
+        lo, hi = n["start"], min(n["healed"] + tail, sale_end)
+        longest = 0.0
+        for times in sales.values():
+            edges = [lo] + sorted(t for t in times if lo <= t <= hi) + [hi]
+            longest = max(longest, max(b - a for a, b in zip(edges, edges[1:])))
+        out.append({**n, "stall": round(longest, 2)})
+    return out
+
+
+def per_second(history, sale_end):
+    buckets = defaultdict(Counter)
+    for e in history:
+        if "op" in e and e["t1"] <= sale_end:
+            buckets[int(e["t1"])][kind_of(e)] += 1
+    return buckets
+
+
+def svg(history, timeline, sale_end, title):
+    buckets = per_second(history, sale_end)
+    seconds = int(sale_end) + 1
+    width, left, right = 1100, 60, 20
+    lane_h, chart_top, chart_h = 16, 0, 260
+    kinds_in_timeline = sorted({n["kind"] for n in timeline})
+    lanes = {k: i for i, k in enumerate(kinds_in_timeline)}
+    chart_top = 40 + lane_h * len(lanes) + 20
+    height = chart_top + chart_h + 60
+    ymax = max([sum(c.values()) for c in buckets.values()] + [1])
+    x = lambda t: left + (width - left - right) * t / max(seconds, 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<rect width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{left}" y="20" font-size="14">{html.escape(title)}</text>']
+    for kind, i in lanes.items():
+        y = 40 + i * lane_h
+        parts.append(f'<text x="{left - 4}" y="{y + 11}" text-anchor="end" font-size="9">{kind}</text>')
+        for n in timeline:
+            if n["kind"] == kind:
+                parts.append(f'<rect x="{x(n["start"]):.1f}" y="{y + 2}" '
+                             f'width="{max(x(n["healed"]) - x(n["start"]), 2):.1f}" height="{lane_h - 4}" '
+                             f'fill="#37474f"><title>{kind} on {n["target"]}: {n["start"]}–{n["healed"]} s</title></rect>')
+    base = chart_top + chart_h
+    for t in range(seconds):
+        c = buckets.get(t, Counter())
+        y = base
+        for kind, color in KINDS:
+            h = chart_h * c.get(kind, 0) / ymax
+            if h > 0:
+                parts.append(f'<rect x="{x(t):.1f}" y="{y - h:.1f}" width="{max(x(t + 1) - x(t) - 0.5, 0.5):.1f}" '
+                             f'height="{h:.1f}" fill="{color}"/>')
+                y -= h
+    parts.append(f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="black"/>')
+    for t in range(0, seconds, max(seconds // 12, 1)):
+        parts.append(f'<text x="{x(t):.1f}" y="{base + 14}" text-anchor="middle">{t} s</text>')
+    parts.append(f'<text x="{left - 4}" y="{chart_top + 8}" text-anchor="end">{ymax}/s</text>')
+    for i, (kind, color) in enumerate(KINDS):
+        lx = left + i * 110
+        parts.append(f'<rect x="{lx}" y="{base + 26}" width="10" height="10" fill="{color}"/>'
+                     f'<text x="{lx + 14}" y="{base + 35}">{kind}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def rerun(meta):
+    from .nemesis import KINDS
+    words = ["loadtest/chaos", "--seed", str(meta["seed"])]
+    if meta["quick"]:
+        words.append("--quick")
+    else:
+        words += ["--duration", str(meta["duration"])]
+    if meta["label"]:
+        words += ["--mutant", meta["label"]]
+    if meta["kinds"] != KINDS:
+        words += ["--kinds", ",".join(meta["kinds"])]
+    for flag in meta["flags"]:
+        words.append(f"--instance-flag={flag}")
+    return " ".join(words)
+
+
+def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
+    answers = [e for e in history if "op" in e]
+    by_kind = Counter(kind_of(e) for e in answers)
+    total = len(answers)
+    share_503 = by_kind.get("503", 0) / total if total else 0.0
+    ok = all(v["ok"] for v in verdicts)
+    lines = [
+        f"# Chaos sale{' of the mutant ' + meta['label'] if meta['label'] else ''}, seed {meta['seed']}: {'PASS' if ok else 'FAIL'}",
+        "",
+        f"Rerun: `{rerun(meta)}` ({meta['started']}, commit {meta['commit']}).",
+        "",
+        f"3 instances, a 3-node ZooKeeper ensemble (and a standalone one for the stranger), "
+        f"PostgreSQL, the payment provider (10 % of charges declined); {meta['buyers']} buyers "
+        f"for {meta['duration']} s, then {meta['heal']:.0f} s for the faults to heal and the "
+        f"sweep to settle. ZooKeeper session timeout {meta['session_ms']} ms, request timeout "
+        f"{meta['request_ms']} ms.",
+        "",
+        f"![answers per second under the nemeses]({svg_name})",
+        "",
+        "## Answers",
+        "",
+        "| kind | answers | share |",
+        "|---|---|---|",
+    ]
+    for kind, _ in KINDS:
+        n = by_kind.get(kind, 0)
+        lines.append(f"| {kind} | {n:,} | {100 * n / total if total else 0:.1f} % |")
+    lines += [
+        f"| **all** | **{total:,}** | 503s: **{100 * share_503:.1f} %** |",
+        "",
+        f"{facts['orders']:,} orders, {facts['paid']:,} paid; the provider's ledger holds "
+        f"{facts['charges']:,} charges, {facts['succeeded']:,} succeeded.",
+        "",
+        "## Nemeses and the longest stall after each",
+        "",
+        "The stall: the longest time a product sold nothing (no 201 order), from the nemesis to "
+        "10 s after it healed, for the worse of the two products.",
+        "",
+        "| start (s) | nemesis | target | healed (s) | longest stall (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for n in sorted(stall_rows, key=lambda n: n["start"]):
+        lines.append(f"| {n['start']:.1f} | {n['kind']} | {n['target']} | {n['healed']:.1f} | {n['stall']:.1f} |")
+    worst = defaultdict(float)
+    for n in stall_rows:
+        worst[n["kind"]] = max(worst[n["kind"]], n["stall"])
+    lines += ["", "Longest stall per kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(worst.items())) + ".",
+              "", "## The checker", "", "| invariant | promise | verdict |", "|---|---|---|"]
+    for v in verdicts:
+        verdict = "ok" if v["ok"] else f"**FAIL** ({v['count']})"
+        lines.append(f"| {v['name']} | {v['promise']} | {verdict} |")
+    for v in verdicts:
+        if not v["ok"]:
+            lines += ["", f"### {v['name']}: first {len(v['examples'])} of {v['count']}", ""]
+            lines += [f"- `{x}`" for x in v["examples"]]
+    return "\n".join(lines) + "\n", ok, share_503, worst

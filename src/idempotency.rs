@@ -26,6 +26,8 @@ pub struct Kept {
     pub body: String,
     /// Whether this is a replay of a kept answer.
     pub replayed: bool,
+    /// A "try later" answer (never kept): the client is told when to ask again.
+    pub retry_later: bool,
 }
 
 /// How an order's answer is written down for the wire (the HTTP layer's encoding).
@@ -144,7 +146,12 @@ fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) ->
 
 /// Takes a free key with its final answer, in one statement (a refusal at admission, which
 /// placed nothing). `false`: the key is known already.
-async fn keep(db: &PgPool, key: &str, fingerprint: &Value, kept: &Kept) -> Result<bool, sqlx::Error> {
+async fn keep(
+    db: &PgPool,
+    key: &str,
+    fingerprint: &Value,
+    kept: &Kept,
+) -> Result<bool, sqlx::Error> {
     let taken = sqlx::query!(
         "INSERT INTO idempotency_keys (key, request, status_code, response, completed_at)
          VALUES ($1, $2, $3, $4, now())
@@ -228,6 +235,7 @@ async fn begin(
                 status: status as u16,
                 body,
                 replayed: true,
+                retry_later: false,
             }));
         }
         if let Some(order_id) = row.order_id {

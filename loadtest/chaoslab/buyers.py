@@ -79,7 +79,7 @@ class Sale:
                 return event
             if self.hard_end is not None and self.history.now() > self.hard_end:
                 return None
-            wait = 0.2
+            wait = 0.2  # after no answer at all: another instance may answer
             if event.get("retry_after"):
                 try:
                     wait = min(float(event["retry_after"]), 2.0)

@@ -50,7 +50,7 @@ def per_second(history, sale_end):
 def svg(history, timeline, sale_end, title):
     buckets = per_second(history, sale_end)
     seconds = int(sale_end) + 1
-    width, left, right = 1100, 60, 20
+    width, left, right = 1100, 100, 20
     lane_h, chart_top, chart_h = 16, 0, 260
     kinds_in_timeline = sorted({n["kind"] for n in timeline})
     lanes = {k: i for i, k in enumerate(kinds_in_timeline)}
@@ -100,7 +100,8 @@ def rerun(meta):
     else:
         words += ["--duration", str(meta["duration"])]
     if meta["label"]:
-        words += ["--mutant", meta["label"]]
+        from .mutants import MUTANTS
+        words += ["--mutant" if meta["label"] in MUTANTS else "--label", meta["label"]]
     if meta["kinds"] != KINDS:
         words += ["--kinds", ",".join(meta["kinds"])]
     for flag in meta["flags"]:
@@ -115,7 +116,7 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
     share_503 = by_kind.get("503", 0) / total if total else 0.0
     ok = all(v["ok"] for v in verdicts)
     lines = [
-        f"# Chaos sale{' of the mutant ' + meta['label'] if meta['label'] else ''}, seed {meta['seed']}: {'PASS' if ok else 'FAIL'}",
+        f"# Chaos sale{' (' + meta['label'] + ')' if meta['label'] else ''}, seed {meta['seed']}: {'PASS' if ok else 'FAIL'}",
         "",
         f"Rerun: `{rerun(meta)}` ({meta['started']}, commit {meta['commit']}).",
         "",
@@ -164,3 +165,32 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
             lines += ["", f"### {v['name']}: first {len(v['examples'])} of {v['count']}", ""]
             lines += [f"- `{x}`" for x in v["examples"]]
     return "\n".join(lines) + "\n", ok, share_503, worst
+
+
+def timeline_of(history):
+    """The nemeses as the history's marks record them."""
+    open_ = {}
+    out = []
+    for e in history:
+        if e.get("mark") == "nemesis":
+            open_[(e["kind"], str(e["target"]))] = e["t"]
+        elif e.get("mark") == "healed":
+            start = open_.pop((e["kind"], str(e["target"])), None)
+            if start is not None:
+                out.append({"kind": e["kind"], "target": e["target"], "start": start, "healed": e["t"]})
+    return out
+
+
+def main():
+    """Draws a run's chart again from its history: `python3 -m chaoslab.report HISTORY SVG`."""
+    import json
+    import sys
+    history = [json.loads(line) for line in open(sys.argv[1])]
+    end = next((e["t"] for e in history if e.get("mark") == "sale_end"), None)
+    seed = next((e.get("seed") for e in history if e.get("mark") == "sale"), "?")
+    with open(sys.argv[2], "w") as out:
+        out.write(svg(history, timeline_of(history), end, f"chaos sale, seed {seed}: answers per second"))
+
+
+if __name__ == "__main__":
+    main()

@@ -200,8 +200,10 @@ fn write_body(code: &str, message: String, order_id: Option<Uuid>) -> String {
     serde_json::to_string(&body).expect("error bodies serialise")
 }
 
-/// A JSON response from its parts; every 503 and 429 gets `Retry-After`.
-pub fn json_response(status: StatusCode, body: String) -> Response {
+/// A JSON response from its parts; every 503 and 429 gets `Retry-After`, and so does a
+/// "try later" conflict (`retry_later`: a key or a payment still in progress, too many
+/// unpaid reservations), or clients poll it as fast as they can.
+pub fn json_response(status: StatusCode, body: String, retry_later: bool) -> Response {
     let mut response = (
         status,
         [(
@@ -211,7 +213,10 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
         body,
     )
         .into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+    if retry_later
+        || status == StatusCode::SERVICE_UNAVAILABLE
+        || status == StatusCode::TOO_MANY_REQUESTS
+    {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -221,7 +226,8 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        json_response(self.status(), self.body())
+        let retry_later = matches!(&self, ApiError::Domain(e) if e.is_transient());
+        json_response(self.status(), self.body(), retry_later)
     }
 }
 
@@ -297,6 +303,22 @@ mod tests {
             let response = ApiError::from(err).into_response();
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
             assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{code}");
+        }
+        // The conflicts that end on their own say when to ask again; final ones do not.
+        for (err, retry) in [
+            (Error::IdempotencyInProgress, true),
+            (Error::PaymentInProgress { order_id: id }, true),
+            (Error::TooManyUnpaid, true),
+            (Error::SoldOut { order_id: None }, false),
+        ] {
+            let code = err.code();
+            let response = ApiError::from(err).into_response();
+            assert_eq!(response.status(), StatusCode::CONFLICT, "{code}");
+            assert_eq!(
+                response.headers().get(header::RETRY_AFTER).is_some(),
+                retry,
+                "{code}"
+            );
         }
     }
 

@@ -93,12 +93,13 @@ fn encode(answer: &Answer) -> Kept {
         status: status.as_u16(),
         body,
         replayed: false,
+        retry_later: answer.as_ref().is_err_and(Error::is_transient),
     }
 }
 
 fn respond(kept: Kept) -> Response {
     let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(status, kept.body);
+    let mut response = json_response(status, kept.body, kept.retry_later);
     if kept.replayed {
         response
             .headers_mut()

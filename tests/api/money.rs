@@ -124,6 +124,8 @@ async fn a_provider_down_past_the_deadline_leaves_an_intent_the_sweep_settles() 
     // Still pending, the key answers "in progress", never a guess.
     let retry = order_with_key(&app.base_url, product, "bob", "down-1").await;
     assert_eq!(retry.code(), "idempotency_in_progress", "{retry:?}");
+    // With a time to ask again: without one, clients poll as fast as they can.
+    assert_eq!(retry.retry_after.as_deref(), Some("1"), "{retry:?}");
 
     env.provider.restart().await;
     wait_paid(&env, &order).await;

@@ -128,8 +128,8 @@ async def run(o):
         products = []
         # Enough stock that the sale goes on under every nemesis (the restocks add more):
         # a stall is then the service's, not the sale's end.
-        for name, stock, limit, batch in (("hot", 30 * o.duration, 2, 256),
-                                          ("per-request", 8 * o.duration, 1, 1)):
+        for name, stock, limit, batch in (("hot", o.buyers * o.duration // 2, 2, 256),
+                                          ("per-request", o.buyers * o.duration // 8, 1, 1)):
             products.append(await admin_post(first, o.admin_token, "/api/products", {
                 "name": f"chaos {name}", "price_cents": 1999 if batch > 1 else 2999, "stock": stock,
                 "guard": "zk", "max_per_order": 2, "per_user_limit": limit,
@@ -174,7 +174,7 @@ async def run(o):
         rows = report.stalls(events, chaos.timeline, sale_end)
         name = f"chaos-{o.label + '-' if o.label else ''}{o.seed}"
         meta = {"label": o.label, "flags": o.instance_flags, "kinds": o.kinds, "seed": o.seed, "duration": o.duration, "quick": o.quick, "started": stamp,
-                "commit": commit, "buyers": o.buyers, "heal": heal_s, "session_ms": o.session_ms,
+                "commit": commit, "buyers": o.buyers, "reps": o.reps, "heal": heal_s, "session_ms": o.session_ms,
                 "request_ms": o.request_ms}
         text, ok, share_503, worst = report.markdown(meta, verdicts, facts, rows, events, f"{name}.svg")
         (o.out / f"{name}.md").write_text(text)

@@ -90,7 +90,7 @@ class Sale:
 
 async def buyer(sale, n):
     rng = random.Random(f"{sale.rng.random()}-{n}")
-    users = [f"u{n}-{k}" for k in range(40)]
+    users = [f"u{n}-{k}" for k in range(200)]
     answered = []  # (key, body) of keys with a final answer, to replay later
     who = f"buyer-{n}"
     await asyncio.sleep(rng.random())

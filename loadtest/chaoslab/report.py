@@ -20,9 +20,10 @@ def kind_of(e):
     return "4xx"
 
 
-def stalls(history, timeline, sale_end, tail=10.0):
+def stalls(history, timeline, sale_end, tail=3.0):
     """Per nemesis, the longest time a product sold nothing (no 2xx order or payment for
-    it), from the nemesis's start to `tail` seconds after it healed: the worst product."""
+    it), from the nemesis's start to `tail` seconds after it healed (by then a lock the
+    nemesis stalled has been given back): the worst product."""
     sales = defaultdict(list)
     for e in history:
         if "op" in e and e.get("status") in (200, 201) and isinstance(e.get("req"), dict) \
@@ -35,8 +36,21 @@ def stalls(history, timeline, sale_end, tail=10.0):
         for times in sales.values():
             edges = [lo] + sorted(t for t in times if lo <= t <= hi) + [hi]
             longest = max(longest, max(b - a for a, b in zip(edges, edges[1:])))
-        out.append({**n, "stall": round(longest, 2)})
+        alongside = sorted({m["kind"] for m in timeline if m is not n
+                            and m["start"] < hi and m["healed"] + tail > lo})
+        out.append({**n, "stall": round(longest, 2), "alongside": alongside})
     return out
+
+
+def worst_alone(rows):
+    """Per kind, the longest stall among the nemeses that struck with no other in their
+    window (so the stall is theirs), and over all of its strikes."""
+    alone, anyhow = defaultdict(float), defaultdict(float)
+    for n in rows:
+        anyhow[n["kind"]] = max(anyhow[n["kind"]], n["stall"])
+        if not n["alongside"]:
+            alone[n["kind"]] = max(alone[n["kind"]], n["stall"])
+    return alone, anyhow
 
 
 def per_second(history, sale_end):
@@ -98,7 +112,8 @@ def rerun(meta):
     if meta["quick"]:
         words.append("--quick")
     else:
-        words += ["--duration", str(meta["duration"])]
+        words += ["--duration", str(meta["duration"]), "--buyers", str(meta["buyers"]),
+                  "--reps", str(meta["reps"])]
     if meta["label"]:
         from .mutants import MUTANTS
         words += ["--mutant" if meta["label"] in MUTANTS else "--label", meta["label"]]
@@ -142,21 +157,9 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
         f"{facts['orders']:,} orders, {facts['paid']:,} paid; the provider's ledger holds "
         f"{facts['charges']:,} charges, {facts['succeeded']:,} succeeded.",
         "",
-        "## Nemeses and the longest stall after each",
-        "",
-        "The stall: the longest time a product sold nothing (no 201 order), from the nemesis to "
-        "10 s after it healed, for the worse of the two products.",
-        "",
-        "| start (s) | nemesis | target | healed (s) | longest stall (s) |",
-        "|---|---|---|---|---|",
     ]
-    for n in sorted(stall_rows, key=lambda n: n["start"]):
-        lines.append(f"| {n['start']:.1f} | {n['kind']} | {n['target']} | {n['healed']:.1f} | {n['stall']:.1f} |")
-    worst = defaultdict(float)
-    for n in stall_rows:
-        worst[n["kind"]] = max(worst[n["kind"]], n["stall"])
-    lines += ["", "Longest stall per kind: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(worst.items())) + ".",
-              "", "## The checker", "", "| invariant | promise | verdict |", "|---|---|---|"]
+    lines += nemeses_section(stall_rows)
+    lines += ["", "## The checker", "", "| invariant | promise | verdict |", "|---|---|---|"]
     for v in verdicts:
         verdict = "ok" if v["ok"] else f"**FAIL** ({v['count']})"
         lines.append(f"| {v['name']} | {v['promise']} | {verdict} |")
@@ -164,7 +167,29 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
         if not v["ok"]:
             lines += ["", f"### {v['name']}: first {len(v['examples'])} of {v['count']}", ""]
             lines += [f"- `{x}`" for x in v["examples"]]
-    return "\n".join(lines) + "\n", ok, share_503, worst
+    return "\n".join(lines) + "\n", ok, share_503, worst_alone(stall_rows)[1]
+
+
+def nemeses_section(stall_rows):
+    lines = [
+        "## Nemeses and the longest stall after each",
+        "",
+        "The stall: the longest time a product sold nothing (no 201 order), from the nemesis to "
+        "3 s after it healed, for the worse of the two products. A stall in a window that other "
+        "nemeses share may be theirs.",
+        "",
+        "| start (s) | nemesis | target | healed (s) | longest stall (s) | other nemeses in its window |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in sorted(stall_rows, key=lambda n: n["start"]):
+        lines.append(f"| {n['start']:.1f} | {n['kind']} | {n['target']} | {n['healed']:.1f} | "
+                     f"{n['stall']:.1f} | {', '.join(n['alongside']) or '–'} |")
+    alone, worst = worst_alone(stall_rows)
+    lines += ["", "Longest stall per kind, when it struck alone: "
+              + (", ".join(f"{k} {v:.1f} s" for k, v in sorted(alone.items())) or "none struck alone")
+              + "; with others in its window too: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(worst.items())) + "."]
+    return lines
 
 
 def timeline_of(history):
@@ -182,14 +207,37 @@ def timeline_of(history):
 
 
 def main():
-    """Draws a run's chart again from its history: `python3 -m chaoslab.report HISTORY SVG`."""
+    """From a run's history: `python3 -m chaoslab.report HISTORY SVG` draws its chart again,
+    `... HISTORY --md REPORT.md` its nemeses section, and `... HISTORY` prints its figures
+    (stalls, answers, 503s) as JSON."""
     import json
     import sys
     history = [json.loads(line) for line in open(sys.argv[1])]
     end = next((e["t"] for e in history if e.get("mark") == "sale_end"), None)
     seed = next((e.get("seed") for e in history if e.get("mark") == "sale"), "?")
-    with open(sys.argv[2], "w") as out:
-        out.write(svg(history, timeline_of(history), end, f"chaos sale, seed {seed}: answers per second"))
+    timeline = timeline_of(history)
+    if len(sys.argv) > 3 and sys.argv[2] == "--md":
+        # The nemeses section of a report, drawn again from the history (what it measures
+        # changed since the report was written).
+        text = open(sys.argv[3]).read()
+        head, rest = text.split("## Nemeses and the longest stall after each", 1)
+        tail = rest[rest.index("## The checker"):]
+        section = "\n".join(nemeses_section(stalls(history, timeline, end)))
+        with open(sys.argv[3], "w") as out:
+            out.write(head + section + "\n\n" + tail)
+        return
+    if len(sys.argv) > 2:
+        with open(sys.argv[2], "w") as out:
+            out.write(svg(history, timeline, end, f"chaos sale, seed {seed}: answers per second"))
+        return
+    rows = stalls(history, timeline, end)
+    alone, worst = worst_alone(rows)
+    answers = [e for e in history if "op" in e]
+    kinds = Counter(kind_of(e) for e in answers)
+    print(json.dumps({"seed": seed, "answers": len(answers), "kinds": kinds,
+                      "share_503": round(kinds.get("503", 0) / len(answers), 4),
+                      "strikes": Counter(n["kind"] for n in timeline),
+                      "alone": alone, "any": worst}, indent=1))
 
 
 if __name__ == "__main__":

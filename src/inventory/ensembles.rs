@@ -50,6 +50,7 @@ pub async fn keep_standing(
     beat(&db, &zk, silence, &tx).await;
     let task = tokio::spawn(async move {
         let mut every = tokio::time::interval(BEAT);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await;
         loop {
             every.tick().await;
@@ -60,7 +61,10 @@ pub async fn keep_standing(
 }
 
 async fn beat(db: &PgPool, zk: &Zk, silence: Duration, standing: &watch::Sender<Standing>) {
-    zk.check_identity().await;
+    // Bounded: cut from ZooKeeper, the instance still tells PostgreSQL it is alive (its
+    // session may yet come back), or a stranger could take over from a fleet that is not
+    // silent, only unlucky.
+    let _ = tokio::time::timeout(BEAT, zk.check_identity()).await;
     let ours = zk.ensemble();
     let now = match rank(db, ours, silence).await {
         Ok(now) => now,

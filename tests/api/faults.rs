@@ -415,12 +415,7 @@ async fn a_replaced_zookeeper_takes_over_the_fence_on_its_own() {
         3,
     );
     let mut answers = before.finish().await;
-    let old_fence: (i64, i64) =
-        sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
-            .bind(product)
-            .fetch_one(&env.db)
-            .await
-            .unwrap();
+    let old_fence = env.fence_of(product).await;
 
     // A new, empty ZooKeeper in place of the old one; Postgres keeps everything.
     zookeeper.kill(0).await;
@@ -436,12 +431,7 @@ async fn a_replaced_zookeeper_takes_over_the_fence_on_its_own() {
         4,
     );
     answers.extend(after.finish().await);
-    let new_fence: (i64, i64) =
-        sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
-            .bind(product)
-            .fetch_one(&env.db)
-            .await
-            .unwrap();
+    let new_fence = env.fence_of(product).await;
     assert!(
         new_fence.0 > old_fence.0,
         "the new ensemble's epoch fences: {old_fence:?} -> {new_fence:?}"

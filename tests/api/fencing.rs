@@ -301,12 +301,7 @@ async fn a_stranger_ensemble_cannot_fence_a_live_fleet_out() {
         .await
         .unwrap();
     assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
-    let fenced_by: (i64, i64) =
-        sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
-            .bind(product)
-            .fetch_one(&env.db)
-            .await
-            .unwrap();
+    let fenced_by = env.fence_of(product).await;
 
     let elsewhere = format!("{}-stranger", env.zk_root);
     let mut flags = SHORT_SESSIONS.to_vec();
@@ -335,11 +330,7 @@ async fn a_stranger_ensemble_cannot_fence_a_live_fleet_out() {
             .unwrap();
         assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
     }
-    let now: (i64, i64) = sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
-        .bind(product)
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let now = env.fence_of(product).await;
     assert_eq!(now.0, fenced_by.0, "the fleet's epoch still fences the row");
     assert_eq!(readiness(&fleet.base_url).await.status, StatusCode::OK);
 

@@ -308,6 +308,15 @@ impl TestEnv {
             .expect("read fence")
     }
 
+    /// The product row's fence: the epoch of the ensemble that claimed it, and the token.
+    pub async fn fence_of(&self, product_id: i64) -> (i64, i64) {
+        sqlx::query_as("SELECT fence_epoch, fence FROM products WHERE id = $1")
+            .bind(product_id)
+            .fetch_one(&self.db)
+            .await
+            .expect("read the fence")
+    }
+
     /// Waits until a holder newer than `past` has claimed the product's row (inside its
     /// critical section: it holds the lock); returns that holder's token.
     pub async fn wait_for_fence_past(&self, product_id: i64, past: i64, what: &str) -> i64 {

@@ -80,7 +80,7 @@ pub(super) async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
         (status = 200, description = "PostgreSQL and ZooKeeper answer", body = Readiness),
-        (status = 503, description = "One of them does not: the body names it", body = Readiness),
+        (status = 503, description = "One of them does not, or this instance's ZooKeeper ensemble is `outranked` (pointed at another ZooKeeper than the fleet's): the body names it", body = Readiness),
     ))]
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let postgres = tokio::time::timeout(

@@ -168,8 +168,11 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
         || async { (app.combiner.queued(product) == 5).then_some(()) },
     )
     .await;
-    // Five buyers, one place in the lock queue: the instance's, behind Curator's.
+    // Five buyers, one place in the lock queue: the instance's, behind Curator's. (Queued
+    // here before the worker's node is made: wait for the node, then look at the queue.)
     let watcher = env.zk_client().await;
+    env.wait_for_queue(&watcher, product, 2, "our node behind Curator's")
+        .await;
     let queue = env.lock_queue(&watcher, product).await;
     assert_eq!(queue.len(), 2, "{queue:?}");
     assert_eq!(queue[1].1, "seckill", "{queue:?}");

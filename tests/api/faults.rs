@@ -392,11 +392,13 @@ async fn a_replaced_zookeeper_takes_over_the_fence_on_its_own() {
     let b = env.spawn_process("b", &flags).await;
     let product = create_product(&a.base_url, 20, "zk").await;
     // Push the old ensemble's zxids well past what the new one will reach in this test, so
-    // the new tokens really are smaller than the fence they must take over.
+    // the new tokens really are smaller than the fence they must take over. (The new one
+    // burns zxids while it waits for the old identity's silence, ~1,300 here: every retry's
+    // lock node is a write.)
     let zk = env.zk_client().await;
     let persistent =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    let writes = (0..1000).map(|i| {
+    let writes = (0..6000).map(|i| {
         let (zk, path) = (zk.clone(), format!("{}/filler-{i}", env.zk_root));
         let persistent = persistent.clone();
         async move {

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import checker, nemesis, report
 from .buyers import Sale, buyer, restocker
 from .client import Conn, History
-from .cluster import Cluster, get_json, wait_for
+from .cluster import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

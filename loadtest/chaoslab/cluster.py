@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 from .client import Conn
 from .proxy import Link

@@ -90,6 +90,23 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
 
+    /// Most open connections one client address may hold on this instance (and never more
+    /// than half of --max-connections); beyond it, 503 `too_busy` and closed. A trusted
+    /// proxy is not held to it: it carries many clients.
+    #[arg(
+        long,
+        env = "SECKILL_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 1024
+    )]
+    pub max_connections_per_client: usize,
+
+    /// Proxies (addresses or CIDR blocks, comma-separated or repeated) whose
+    /// `X-Forwarded-For` / `X-Real-IP` name the client. Only for these peers: from anyone
+    /// else the headers are ignored, or a client could pose as many.
+    #[arg(long = "trusted-proxy", env = "SECKILL_TRUSTED_PROXY", value_delimiter = ',',
+          value_parser = crate::http::client::parse_trusted)]
+    pub trusted_proxy: Vec<ipnet::IpNet>,
+
     /// A client must send a request's headers within this long, which also closes a
     /// keep-alive connection idle for longer: no slowloris client holds a socket forever.
     #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
@@ -99,11 +116,27 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = 256)]
     pub max_event_streams: usize,
 
+    /// Most `GET /api/events` streams one client may hold (and never more than half of
+    /// --max-event-streams); beyond it 503 `too_busy`.
+    #[arg(
+        long,
+        env = "SECKILL_MAX_EVENT_STREAMS_PER_CLIENT",
+        default_value_t = 16
+    )]
+    pub max_event_streams_per_client: usize,
+
     /// An event stream ends after this long; the page's EventSource reconnects.
     #[arg(long, env = "SECKILL_EVENT_STREAM_MAX_S", default_value_t = 300)]
     pub event_stream_max_s: u64,
 
-    /// Orders one client address may place per second on this instance, on average, before
+    /// How old a public view of ZooKeeper (a lock queue, the terms lock, the payment
+    /// semaphore) and /readyz's PostgreSQL check may be: each is read at most once per this
+    /// long per instance, however many clients ask.
+    #[arg(long, env = "SECKILL_VIEW_REFRESH_MS", default_value_t = 250)]
+    pub view_refresh_ms: u64,
+
+    /// Orders one client (address, or the client a trusted proxy names) may place per second
+    /// on this instance, on average, before
     /// answers turn 429 `rate_limited` (Retry-After). 0, the default, turns the limit off
     /// (the load test sends from one address).
     #[arg(long, env = "SECKILL_ORDERS_PER_CLIENT_PER_S", default_value_t = 0)]

@@ -7,20 +7,27 @@
 //! - **demo** (`{root}/demo/{product}-{mode}`): a teaching-page hook armed by an admin and
 //!   consumed (deleted) by the one order that acts it out.
 //!
-//! A flag is a persistent node under the set's directory. Each instance mirrors the names,
-//! kept current by a persistent ZooKeeper watch on the directory (re-listed on every change
-//! and after every reconnect, since watch events can be lost while disconnected).
+//! A flag is a persistent node under the set's directory whose data is [`MARK`]. Each instance
+//! mirrors the names, kept current by a persistent ZooKeeper watch on the directory (re-listed
+//! on every change and after every reconnect, since watch events can be lost while
+//! disconnected). A node without the mark was made by someone else: it flags nothing, and is
+//! never deleted.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::future::join_all;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use crate::lock::{make_dir, Zk};
 use crate::telemetry::metrics;
+
+/// The data of every flag we raise. A stranger's node named like a flag would otherwise stop a
+/// product's sales on every instance, or arm a demo without the admin token.
+const MARK: &[u8] = b"seckill-flag";
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -35,6 +42,8 @@ struct Inner {
     flagged: RwLock<HashSet<String>>,
     /// Bumped on every change of the mirror, for waiters on a flag.
     changes: watch::Sender<u64>,
+    /// Whether each listed name is ours (carries [`MARK`]): a resync reads only new names.
+    verified: Mutex<HashMap<String, bool>>,
 }
 
 impl Flags {
@@ -51,6 +60,7 @@ impl Flags {
                 dir,
                 flagged: RwLock::new(HashSet::new()),
                 changes: watch::channel(0).0,
+                verified: Mutex::new(HashMap::new()),
             }),
         };
         resync(&flags.inner, &client)
@@ -93,8 +103,13 @@ impl Flags {
         let created = retry(|| async {
             let client = self.inner.zk.client();
             metrics::zk("create");
-            match client.create(&path, &[], &persistent).await {
-                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            match client.create(&path, MARK, &persistent).await {
+                Ok(_) => Ok(true),
+                Err(zk::Error::NodeExists) => match read_mark(&client, &path).await? {
+                    Some(ours) => Ok(ours),
+                    // Gone since: create it again.
+                    None => Err(zk::Error::ConnectionLoss),
+                },
                 // The directory went with a wiped ZooKeeper: make it again, then retry.
                 Err(zk::Error::NoNode) => {
                     make_dir(&client, &self.inner.dir, self.inner.zk.acls()).await?;
@@ -104,9 +119,19 @@ impl Flags {
             }
         })
         .await;
-        if let Err(e) = created {
-            tracing::warn!(flag, error = %e, "could not raise a flag");
-            self.resync_now().await;
+        match created {
+            Ok(ours) => {
+                self.inner.record(flag, ours);
+                if ours {
+                    return;
+                }
+                tracing::warn!(node = %path, "could not raise a flag: a node we did not make has its name; remove it (zkCli.sh delete {path})");
+                self.resync_now().await;
+            }
+            Err(e) => {
+                tracing::warn!(flag, error = %e, "could not raise a flag");
+                self.resync_now().await;
+            }
         }
     }
 
@@ -116,16 +141,31 @@ impl Flags {
     }
 
     /// Lowers the flag; true if this call is the one that removed it from ZooKeeper, so that
-    /// exactly one caller, on any instance, acts on a one-shot flag.
+    /// exactly one caller, on any instance, acts on a one-shot flag. A node we did not make is
+    /// no flag: it is left where it is, and taking it takes nothing.
     pub async fn take(&self, flag: &str) -> bool {
         self.set_local(flag, false);
         let path = self.path(flag);
         let deleted = retry(|| async {
-            metrics::zk("delete");
-            match self.inner.zk.client().delete(&path, None).await {
-                Ok(()) => Ok(true),
-                Err(zk::Error::NoNode) => Ok(false),
-                Err(e) => Err(e),
+            let client = self.inner.zk.client();
+            loop {
+                metrics::zk("get_data");
+                let stat = match client.get_data(&path).await {
+                    Ok((data, stat)) if data == MARK => stat,
+                    Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                // Conditional on what we read: a node changed since is not the one we checked.
+                metrics::zk("delete");
+                match client.delete(&path, Some(stat.version)).await {
+                    Ok(()) => {
+                        self.inner.forget(flag);
+                        return Ok(true);
+                    }
+                    Err(zk::Error::NoNode) => return Ok(false),
+                    Err(zk::Error::BadVersion) => continue,
+                    Err(e) => return Err(e),
+                }
             }
         })
         .await;
@@ -176,6 +216,55 @@ where
     write().await
 }
 
+/// Whether the node at `path` is one of our flags (`None`: there is no node).
+async fn read_mark(client: &zk::Client, path: &str) -> Result<Option<bool>, zk::Error> {
+    metrics::zk("get_data");
+    match client.get_data(path).await {
+        Ok((data, _)) => Ok(Some(data == MARK)),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Inner {
+    /// Records whether `name` is ours; true if it is newly known not to be.
+    fn record(&self, name: &str, ours: bool) -> bool {
+        let mut verified = self.verified.lock().expect("verified flags poisoned");
+        let before = verified.insert(name.to_string(), ours);
+        !ours && before != Some(false)
+    }
+
+    /// The listed names not yet known to be ours or not; forgets the names no longer listed.
+    fn unverified(&self, children: &[String]) -> Vec<String> {
+        let listed: HashSet<&String> = children.iter().collect();
+        let mut verified = self.verified.lock().expect("verified flags poisoned");
+        verified.retain(|name, _| listed.contains(name));
+        unknown(children, &verified)
+    }
+
+    /// After we deleted `name`: a node made there next is checked again.
+    fn forget(&self, name: &str) {
+        let mut verified = self.verified.lock().expect("verified flags poisoned");
+        verified.remove(name);
+    }
+
+    /// Whether `name` is known to be one of our flags.
+    fn ours(&self, name: &str) -> bool {
+        let verified = self.verified.lock().expect("verified flags poisoned");
+        verified.get(name) == Some(&true)
+    }
+}
+
+/// The names in `children` that `verified` says nothing about.
+fn unknown(children: &[String], verified: &HashMap<String, bool>) -> Vec<String> {
+    children
+        .iter()
+        .filter(|c| !verified.contains_key(*c))
+        .cloned()
+        .collect()
+}
+
+/// Re-reads the flags: the names listed, each new one checked once for our mark.
 async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
     metrics::zk("get_children");
     let children = match client.list_children(&inner.dir).await {
@@ -187,7 +276,19 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
         }
         Err(e) => return Err(e),
     };
-    *inner.flagged.write().expect("flag set poisoned") = children.into_iter().collect();
+    let unverified = inner.unverified(&children);
+    let marks = unverified
+        .iter()
+        .map(|name| async move { read_mark(client, &format!("{}/{name}", inner.dir)).await });
+    for (name, mark) in unverified.iter().zip(join_all(marks).await) {
+        // A node gone since the listing is not cached: the next listing leaves it out.
+        let Some(ours) = mark? else { continue };
+        if inner.record(name, ours) {
+            tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our mark); remove it if it is not wanted");
+        }
+    }
+    let flagged = children.into_iter().filter(|c| inner.ours(c)).collect();
+    *inner.flagged.write().expect("flag set poisoned") = flagged;
     inner.changes.send_modify(|n| *n += 1);
     Ok(())
 }
@@ -238,5 +339,18 @@ async fn follow(inner: std::sync::Weak<Inner>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_never_checked_are_read_again() {
+        let children: Vec<String> = ["7", "8", "9-crash"].map(String::from).into();
+        let verified = HashMap::from([("7".to_string(), true), ("9-crash".to_string(), false)]);
+        assert_eq!(unknown(&children, &verified), ["8"]);
+        assert!(unknown(&[], &verified).is_empty());
     }
 }

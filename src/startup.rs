@@ -134,6 +134,9 @@ impl Application {
             teaching,
             tasks,
             standing,
+            views: Arc::new(http::snapshot::Views::new(Duration::from_millis(
+                config.view_refresh_ms,
+            ))),
             config: Arc::new(config),
         };
         Ok(Application {
@@ -204,7 +207,9 @@ impl Application {
                 state.config.max_connections,
                 state.config.db_max_connections as usize,
             ),
+            max_connections_per_client: state.config.max_connections_per_client,
             header_read_timeout: Duration::from_millis(state.config.header_read_timeout_ms),
+            trusted: http::client::TrustedProxies::new(state.config.trusted_proxy.clone()),
         };
         let server = http::server::serve(listener, http::router(state), limits, signal);
         let wait_for_server = async {

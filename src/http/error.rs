@@ -227,7 +227,17 @@ pub fn json_response(status: StatusCode, body: String, retry_later: bool) -> Res
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry_later = matches!(&self, ApiError::Domain(e) if e.is_transient());
-        json_response(self.status(), self.body(), retry_later)
+        let overloaded = matches!(self, ApiError::Overloaded(_));
+        let mut response = json_response(self.status(), self.body(), retry_later);
+        // A refusal for want of room must free the room it took: a connection kept alive
+        // after it would hold the socket the refusal was about (a flood of refused event
+        // streams would lock every other client out).
+        if overloaded {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 

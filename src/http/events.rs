@@ -1,9 +1,11 @@
 //! `GET /api/events`: the teaching page's live feed (server-sent events).
 //!
-//! Each stream holds a connection for as long as it lasts, so streams are capped per
-//! instance (`--max-event-streams`; beyond it 503 `too_busy` with Retry-After) and each
-//! ends after `--event-stream-max-s` (the browser's EventSource reconnects on its own): idle
-//! streams cannot pile up and take the sockets every other request needs.
+//! Each stream holds a connection for as long as it lasts, so streams are capped per client
+//! (`--max-event-streams-per-client`) and per instance (`--max-event-streams`); beyond
+//! either, 503 `too_busy` with Retry-After, and the connection is closed. Each stream ends
+//! after `--event-stream-max-s` (the browser's EventSource reconnects on its own): idle
+//! streams cannot pile up and take the sockets every other request needs, and one client
+//! cannot take every stream.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,16 +19,28 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::client::ClientIp;
 use super::error::{ApiError, ErrorBody};
+use super::server::{ClientSlot, PerClient};
 use super::AppState;
 use crate::config::Config;
 
 pub fn router(config: &Config) -> Router<AppState> {
     let streams = Arc::new(Semaphore::new(config.max_event_streams));
+    // However the flags are set, one client gets at most half the instance's streams.
+    let per_client = PerClient::new(
+        config
+            .max_event_streams_per_client
+            .min(config.max_event_streams / 2)
+            .max(1),
+    );
     let lifetime = Duration::from_secs(config.event_stream_max_s);
     Router::new().route(
         "/api/events",
-        get(move |state: State<AppState>| events(state, streams.clone(), lifetime)),
+        get(move |state: State<AppState>, client: ClientIp| {
+            let slots = (streams.clone(), per_client.clone());
+            events(state, client, slots, lifetime)
+        }),
     )
 }
 
@@ -56,16 +70,23 @@ enum EventKind {
 #[utoipa::path(get, path = "/api/events", operation_id = "events", tag = "teaching",
     responses(
         (status = 200, description = "Server-sent events: `product` (a product, on every stock change), `queue` (a lock view, when lock nodes change), `demo` (crash/zombie outcomes), from every instance; the stream ends after `--event-stream-max-s`", content_type = "text/event-stream", body = ServerEvent),
-        (status = 503, description = "`too_busy`: `--max-event-streams` streams are open on this instance", body = ErrorBody<'static>),
+        (status = 503, description = "`too_busy`: this client has `--max-event-streams-per-client` streams open, or the instance `--max-event-streams`; the connection is closed", body = ErrorBody<'static>),
     ))]
 pub(super) async fn events(
     State(state): State<AppState>,
-    streams: Arc<Semaphore>,
+    ClientIp(client): ClientIp,
+    (streams, per_client): (Arc<Semaphore>, PerClient),
     lifetime: Duration,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let slot: OwnedSemaphorePermit = streams
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Overloaded("event streams"))?;
+    let Some(client_slot) = per_client.take(client) else {
+        crate::telemetry::metrics::refused("event_streams_per_client");
+        return Err(ApiError::Overloaded("event streams for this client"));
+    };
+    let Ok(slot) = streams.try_acquire_owned() else {
+        crate::telemetry::metrics::refused("event_streams");
+        return Err(ApiError::Overloaded("event streams"));
+    };
+    let slot: (OwnedSemaphorePermit, ClientSlot) = (slot, client_slot);
     let (rx, stopping) = state.events.subscribe();
     let ends = tokio::time::Instant::now() + lifetime;
     let stream = futures_util::stream::unfold(

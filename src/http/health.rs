@@ -76,20 +76,29 @@ pub(super) async fn healthz() -> Json<Health> {
 }
 
 /// Both backing services answer and this instance's ZooKeeper ensemble guards the stock.
-/// 503 otherwise, naming what is wrong.
+/// 503 otherwise, naming what is wrong. PostgreSQL's answer is at most `--view-refresh-ms`
+/// old; ZooKeeper's is the session's state.
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
         (status = 200, description = "PostgreSQL and ZooKeeper answer", body = Readiness),
         (status = 503, description = "One of them does not, or this instance's ZooKeeper ensemble is `outranked` (pointed at another ZooKeeper than the fleet's): the body names it", body = Readiness),
     ))]
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    let postgres = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(&state.db),
-    )
-    .await
-    .is_ok_and(|r| r.is_ok());
-    let zookeeper = state.zk.ping().await;
+    // Probes are unauthenticated and may come by the thousand: PostgreSQL is asked once per
+    // refresh interval for all of them, and ZooKeeper not at all (the session's own state:
+    // its heartbeats already tell whether the ensemble answers).
+    let db = &state.db;
+    let postgres = state
+        .views
+        .postgres
+        .get((), || async {
+            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(db);
+            let answered = tokio::time::timeout(std::time::Duration::from_secs(2), ping).await;
+            Ok::<_, std::convert::Infallible>(answered.is_ok_and(|r| r.is_ok()))
+        })
+        .await
+        .is_ok_and(|ok| *ok);
+    let zookeeper = state.zk.connected();
     let (ensemble, guarding) = match *state.standing.borrow() {
         Standing::Guarding => (Ensemble::Guarding, None),
         Standing::Outranked { guarding } => (Ensemble::Outranked, Some(guarding)),

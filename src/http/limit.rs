@@ -1,14 +1,15 @@
 //! A per-client rate limit on placing orders (`--orders-per-client-per-s`, off by default),
-//! keyed by the client's address as the connection layer saw it. Answers 429
+//! keyed by the client's address as the connection layer resolved it (the peer, or the
+//! client a trusted proxy names: see `http::client`). Answers 429
 //! `rate_limited` with the seconds until the client may order again in Retry-After, before
 //! the order touches anything.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -16,6 +17,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::state::keyed::HashMapStateStore;
 use governor::{Quota, RateLimiter};
 
+use super::client::ClientIp;
 use super::error::ApiError;
 use crate::config::Config;
 
@@ -34,10 +36,7 @@ pub fn per_client(config: &Config) -> Option<Arc<Limiter>> {
 
 /// The middleware: lets the request through, or answers 429.
 pub async fn check(limiter: Arc<Limiter>, request: Request, next: Next) -> Response {
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip());
+    let client = request.extensions().get::<ClientIp>().map(|c| c.0);
     if let Some(client) = client {
         if let Err(not_until) = limiter.check_key(&client) {
             let wait = not_until.wait_time_from(DefaultClock::default().now());

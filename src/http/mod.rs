@@ -6,6 +6,7 @@
 //! [`AppState`] is this layer's own: the domain's handles as the handlers need them, built
 //! in `startup`. The domain takes the handles it uses, never this.
 
+pub mod client;
 pub mod error;
 mod events;
 mod health;
@@ -16,6 +17,7 @@ mod orders;
 mod products;
 mod recipes;
 pub mod server;
+pub mod snapshot;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
@@ -64,6 +66,8 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Whether this instance's ZooKeeper ensemble guards the stock (readiness).
     pub standing: tokio::sync::watch::Receiver<crate::inventory::Standing>,
+    /// The public ZooKeeper views and readiness, read once per refresh for every asker.
+    pub views: Arc<snapshot::Views>,
     pub config: Arc<Config>,
 }
 

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::inventory::{self, Audit, NewProduct, Product};
 use crate::lock::{QueueView, Recipe};
 use crate::teaching::Demo;
+use crate::telemetry::metrics;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -151,8 +152,9 @@ async fn restock(
     Ok(Json(find(&state, &id).await?))
 }
 
-/// The product's ZooKeeper lock right now: holder, waiters in order (each with the node it
-/// watches and its owner), and what acquisitions cost this instance.
+/// The product's ZooKeeper lock: holder, waiters in order (each with the node it watches
+/// and its owner), and what acquisitions cost this instance. ZooKeeper's part is a snapshot
+/// at most `--view-refresh-ms` old.
 #[utoipa::path(get, path = "/api/products/{id}/lock", operation_id = "getProductLock", tag = "teaching", params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "Holder and waiters in queue order, each with the node it watches", body = QueueView),
@@ -170,11 +172,20 @@ async fn lock(
             product.guard.as_str(),
         )));
     };
+    let zk = &state.zk;
     let view = state
-        .zk
-        .queue(product.id, recipe)
+        .views
+        .lock
+        .get(product.id, || {
+            metrics::view_refreshed("lock");
+            zk.queue(product.id, recipe)
+        })
         .await
-        .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
+        .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;
+    // ZooKeeper's part from the snapshot; this instance's own counts are free to read now.
+    let mut view = QueueView::clone(&view);
+    view.waiting_here = zk.waiting_here(product.id);
+    view.stats = zk.stats(product.id);
     Ok(Json(view))
 }
 

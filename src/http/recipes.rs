@@ -16,6 +16,7 @@ use crate::inventory::{self, Product, TermsChange};
 use crate::lock::{Access, RwLockView, SemaphoreView};
 use crate::payment::PAYMENT_SEMAPHORE;
 use crate::teaching::{Holder, Target};
+use crate::telemetry::metrics;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -67,8 +68,8 @@ pub(super) struct TermsLockState {
     released: Option<String>,
 }
 
-/// The product's terms lock right now: the readers sharing it (or its writer), then the
-/// waiters in queue order, each with the node it watches.
+/// The product's terms lock: the readers sharing it (or its writer), then the waiters in
+/// queue order, each with the node it watches; a snapshot at most `--view-refresh-ms` old.
 #[utoipa::path(get, path = "/api/products/{id}/terms-lock", operation_id = "getTermsLock", tag = "teaching", params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "Holders and waiters of the product's terms lock", body = TermsLockState),
@@ -80,24 +81,39 @@ async fn terms_lock(
     Path(id): Path<String>,
 ) -> Result<Json<TermsLockState>, ApiError> {
     let id = known_product(&state, &id).await?;
-    Ok(Json(terms_lock_state(&state, id).await?))
+    let zk = &state.zk;
+    let view = state
+        .views
+        .terms_lock
+        .get(id, || {
+            metrics::view_refreshed("terms_lock");
+            zk.terms_lock_view(id)
+        })
+        .await
+        .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;
+    Ok(Json(terms_lock_state(&state, id, RwLockView::clone(&view))))
 }
 
-async fn terms_lock_state(state: &AppState, id: i64) -> Result<TermsLockState, ApiError> {
+/// The view read now: for the lab's admin actions, which show what they changed.
+async fn terms_lock_now(state: &AppState, id: i64) -> Result<TermsLockState, ApiError> {
     let view = state
         .zk
         .terms_lock_view(id)
         .await
         .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
+    Ok(terms_lock_state(state, id, view))
+}
+
+fn terms_lock_state(state: &AppState, id: i64, view: RwLockView) -> TermsLockState {
     let lab = state
         .teaching
         .lab()
         .holders(Target::Terms(id, Access::Read));
-    Ok(TermsLockState {
+    TermsLockState {
         view,
         lab,
         released: None,
-    })
+    }
 }
 
 async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, ApiError> {
@@ -157,7 +173,7 @@ async fn terms_lab(
     }
     Ok((
         StatusCode::ACCEPTED,
-        Json(terms_lock_state(&state, id).await?),
+        Json(terms_lock_now(&state, id).await?),
     ))
 }
 
@@ -182,26 +198,44 @@ pub(super) struct SemaphoreState {
     released: Option<String>,
 }
 
-/// The payment provider's semaphore right now: the leases held and the acquirers waiting.
+/// The payment provider's semaphore: the leases held and the acquirers waiting, a snapshot
+/// at most `--view-refresh-ms` old.
 #[utoipa::path(get, path = "/api/payments/semaphore", operation_id = "getPaymentSemaphore", tag = "teaching",
     responses((status = 200, description = "Leases and waiters (`enabled` false without `--payment-concurrency`)", body = SemaphoreState)))]
 async fn semaphore(State(state): State<AppState>) -> Result<Json<SemaphoreState>, ApiError> {
-    Ok(Json(semaphore_state(&state).await?))
+    let max = state.config.payment_concurrency;
+    let zk = &state.zk;
+    let view = state
+        .views
+        .semaphore
+        .get((), || {
+            metrics::view_refreshed("semaphore");
+            zk.semaphore_view(PAYMENT_SEMAPHORE, max)
+        })
+        .await
+        .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;
+    Ok(Json(semaphore_state(&state, SemaphoreView::clone(&view))))
 }
 
-async fn semaphore_state(state: &AppState) -> Result<SemaphoreState, ApiError> {
+/// The view read now, for the lab's admin actions.
+async fn semaphore_now(state: &AppState) -> Result<SemaphoreState, ApiError> {
     let max = state.config.payment_concurrency;
     let view = state
         .zk
         .semaphore_view(PAYMENT_SEMAPHORE, max)
         .await
         .map_err(|e| ApiError::Domain(Error::Unavailable(e.into())))?;
-    Ok(SemaphoreState {
+    Ok(semaphore_state(state, view))
+}
+
+fn semaphore_state(state: &AppState, view: SemaphoreView) -> SemaphoreState {
+    let max = state.config.payment_concurrency;
+    SemaphoreState {
         enabled: max > 0,
         view,
         lab: state.teaching.lab().holders(Target::Lease),
         released: None,
-    })
+    }
 }
 
 /// What the lock lab asks of the payment semaphore.
@@ -253,7 +287,7 @@ async fn semaphore_lab(
     };
     let answer = SemaphoreState {
         released,
-        ..semaphore_state(&state).await?
+        ..semaphore_now(&state).await?
     };
     Ok((StatusCode::ACCEPTED, Json(answer)))
 }

@@ -38,7 +38,7 @@ pub(super) async fn acquire(
         };
         metrics::zk("get_data");
         match client.get_and_watch_data(&predecessor).await {
-            Ok((_, stat, _)) if stat.ephemeral_owner == 0 => {
+            Ok((_, stat, _)) if node::unowned(&stat) => {
                 tracing::warn!(node = %predecessor, "ignoring a persistent node in a lock queue: no session owns it, so it would block the queue forever");
                 strays.push(name);
             }

@@ -1,6 +1,7 @@
 //! The naive lock (guard `zk-herd`), kept to show the herd effect: everyone tries to create
 //! the one ephemeral node `{dir}/lock` and, failing, watches it; each release wakes every
-//! waiter, of whom one wins. Unfair, and its cost grows with the crowd.
+//! waiter, of whom one wins. Unfair, and its cost grows with the crowd. A persistent node at
+//! that path (no session of ours makes one) is refused at once rather than waited for.
 
 use std::time::Duration;
 
@@ -36,6 +37,12 @@ pub(super) async fn acquire(
             Err(zk::Error::NoNode) => node::make_dir(client, dir, acls).await?,
             Err(zk::Error::NodeExists) => {
                 match metrics::zk_then("exists", client.check_and_watch_stat(&path)).await {
+                    // No session owns it, so it would never go: every buyer would wait out
+                    // the lock timeout. Answer at once (503 `unavailable`); it is not ours to delete.
+                    Ok((Some(stat), _)) if node::unowned(&stat) => {
+                        tracing::warn!(node = %path, "a persistent node holds the herd lock: no session owns it, so nobody can take the lock; remove it (zkCli.sh delete {path})");
+                        return Err(zk::Error::NodeExists);
+                    }
                     Ok((Some(_), watcher)) => {
                         watcher.changed().await;
                         wakeups += 1;

@@ -27,6 +27,12 @@ pub(crate) fn sequence_after(name: &str, lock_name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Whether no session owns the node: it is persistent, so it will never go by itself. Every
+/// node our recipes (and Curator's) make is ephemeral: such a node was put there by someone else.
+pub(crate) fn unowned(stat: &zk::Stat) -> bool {
+    stat.ephemeral_owner == 0
+}
+
 /// Creates our contender node `{dir}/_c_<uuid>-{lock_name}<seq>`, ephemeral and sequential,
 /// as Curator's "protected" mode names it: the unique prefix lets a create whose answer was
 /// lost to a connection loss be found instead of repeated (a repeat would leave an orphan

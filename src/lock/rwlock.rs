@@ -150,20 +150,28 @@ pub(super) async fn acquire(
     let (own, name, _) =
         node::create_contender(client, dir, access.lock_name(), data, acls).await?;
     let (mine, _) = parse(&name).ok_or(zk::Error::RuntimeInconsistent)?;
+    // Persistent nodes named like readers or writers: no session owns them, so they would
+    // never go and would freeze the terms for good. Left out of the queue, as the fair lock does.
+    let mut strays: Vec<String> = Vec::new();
     loop {
         metrics::zk("get_children");
-        let queue = match client.list_children(dir).await {
+        let mut queue = match client.list_children(dir).await {
             Ok(children) => queue_order(children),
             Err(zk::Error::ConnectionLoss) => continue,
             Err(e) => return Err(e),
         };
-        let watched = match place(&queue, mine) {
+        queue.retain(|(_, _, name)| !strays.contains(name));
+        let (watched, name) = match place(&queue, mine) {
             Place::Holder => return Ok(own),
-            Place::After(name) => format!("{dir}/{name}"),
+            Place::After(name) => (format!("{dir}/{name}"), name.to_string()),
             Place::Gone => return Err(zk::Error::RuntimeInconsistent),
         };
         metrics::zk("get_data");
         match client.get_and_watch_data(&watched).await {
+            Ok((_, stat, _)) if node::unowned(&stat) => {
+                tracing::warn!(node = %watched, "ignoring a persistent node in a read-write lock queue: no session owns it, so it would block the queue forever");
+                strays.push(name);
+            }
             Ok((_, _, watcher)) => {
                 watcher.changed().await;
             }

@@ -13,7 +13,10 @@
 //! first come, first served. A holder whose session ends loses its lease node with it.
 //!
 //! Every participant must agree on N: the recipe stores no limit, each side enforces its own.
+//! Before waiting, an acquirer leaves out of its count the children that hold no lease: nodes
+//! not named like leases, and persistent ones (Curator's leases, like ours, are ephemeral).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
@@ -84,7 +87,11 @@ async fn acquire(
     let leases = format!("{dir}/leases");
     let (lease, name, _) =
         node::create_contender(client, &leases, node::LEASE, data.as_bytes(), acls).await?;
-    loop {
+    // Children that hold no lease: persistent nodes (no session owns them, so they would
+    // never go) and names that are not lease nodes. `leased`: children known to be leases.
+    let mut strays: HashSet<String> = HashSet::new();
+    let mut leased: HashSet<String> = HashSet::from([name.clone()]);
+    'list: loop {
         metrics::zk("get_children");
         let (children, watcher) = match client.list_and_watch_children(&leases).await {
             Ok(found) => found,
@@ -99,6 +106,66 @@ async fn acquire(
         if children.len() <= max {
             return Ok(lease);
         }
+        // We would wait: first make sure each child is a lease, looking each up only once,
+        // so nodes nobody holds cannot take places for good.
+        strays.retain(|c| children.contains(c));
+        leased.retain(|c| children.contains(c));
+        for child in &children {
+            if strays.contains(child) || leased.contains(child) {
+                continue;
+            }
+            let path = format!("{leases}/{child}");
+            if node::sequence_after(child, node::LEASE).is_none() {
+                tracing::warn!(node = %path, "ignoring a node that is not a lease in a semaphore's leases");
+                strays.insert(child.clone());
+                continue;
+            }
+            match metrics::zk_then("exists", client.check_stat(&path)).await {
+                Ok(Some(stat)) if node::unowned(&stat) => {
+                    tracing::warn!(node = %path, "ignoring a persistent node in a semaphore's leases: no session owns it, so it would hold a lease forever");
+                    strays.insert(child.clone());
+                }
+                Ok(Some(_)) => {
+                    leased.insert(child.clone());
+                }
+                // Gone: the watch reports the change.
+                Ok(None) => {}
+                Err(zk::Error::ConnectionLoss) => continue 'list,
+                Err(e) => return Err(e),
+            }
+        }
+        if counted(&children, &strays) <= max {
+            return Ok(lease);
+        }
         watcher.changed().await;
+    }
+}
+
+/// The children that count against N: every lease node (ours, Curator's) but the strays.
+fn counted(children: &[String], strays: &HashSet<String>) -> usize {
+    children
+        .iter()
+        .filter(|c| node::sequence_after(c, node::LEASE).is_some() && !strays.contains(*c))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strays_and_names_that_are_not_leases_do_not_count_against_n() {
+        let children: Vec<String> = [
+            "_c_a-lease-0000000001",
+            "_c_b-lease-0000000002",
+            "not-a-lease",
+            "_c_c-lock-0000000003",
+            "_c_d-lease-0000000004",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(counted(&children, &HashSet::new()), 3);
+        let strays = HashSet::from(["_c_b-lease-0000000002".to_string()]);
+        assert_eq!(counted(&children, &strays), 2);
     }
 }

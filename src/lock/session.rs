@@ -195,6 +195,15 @@ impl Zk {
     /// timeout. Waits (bounded) for the close to reach the server; other holders of a
     /// client (in-flight orders) must be gone first for the close to happen.
     pub async fn close(self) {
+        // Our lock, lease and terms-lock nodes first, one delete each: if the close itself
+        // then does not reach the server (a slow or partitioned ensemble), the other
+        // instances need not wait a session timeout for nodes of a process that is gone.
+        match tokio::time::timeout(Duration::from_secs(2), self.delete_own_nodes()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(deleted)) => tracing::info!(deleted, "deleted our lock nodes before closing"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not delete our lock nodes; closing"),
+            Err(_) => tracing::warn!("deleting our lock nodes took over 2s; closing"),
+        }
         let mut watcher = self.client().state_watcher();
         self.inner.closing.send_replace(true);
         drop(self);
@@ -208,15 +217,28 @@ impl Zk {
             );
         }
     }
+}
 
-    /// True when the session is connected and answers a read.
-    pub async fn ping(&self) -> bool {
+impl Zk {
+    /// Deletes every ephemeral node the current session holds under our root (ZooKeeper
+    /// lists them: `getEphemerals`), and returns how many went. For shutdown: whoever held
+    /// them is finishing, and a holder still running is fenced by the next one's token.
+    pub async fn delete_own_nodes(&self) -> Result<usize, zk::Error> {
         let client = self.client();
-        metrics::zk("exists");
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), client.check_stat(&self.inner.root)).await,
-            Ok(Ok(Some(_)))
-        )
+        let root = self.root();
+        metrics::zk("get_ephemerals");
+        let nodes = client.list_ephemerals(root).await?;
+        let mut deleted = 0;
+        // The listing matches by prefix: `/seckill` would also name `/seckill-b/...`.
+        for node in nodes.iter().filter(|n| n.starts_with(&format!("{root}/"))) {
+            metrics::zk("delete");
+            match client.delete(node, None).await {
+                Ok(()) => deleted += 1,
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
     }
 }
 

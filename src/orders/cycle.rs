@@ -52,9 +52,42 @@ impl CycleSpan {
     }
 }
 
+/// Runs the worker of a combined product's queue, and starts it again if it panics: a
+/// worker that died with its queue still marked as served would leave the product unsold
+/// on this instance (every order timing out) until a restart. The batch it was serving
+/// gets no answer (its transaction rolled back; paid orders are the sweep's, from their
+/// intents), and the next cycle serves whoever waits.
+pub(super) async fn supervise(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
+    loop {
+        let worker = tokio::spawn(work(shop.clone(), terms.clone(), queue.clone()));
+        match worker.await {
+            Ok(()) => return,
+            Err(e) if e.is_panic() => {
+                let panic = e.into_panic();
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(
+                    product = terms.id,
+                    panic = message,
+                    "a lock-cycle worker panicked; starting it again"
+                );
+                metrics::worker_restarted("combiner");
+                queue.served();
+                // A panic that comes back every cycle must not spin the CPU.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            // Cancelled: the runtime is going away.
+            Err(_) => return,
+        }
+    }
+}
+
 /// The worker of a combined product's queue on this instance: lock cycles until nobody
 /// waits.
-pub(super) async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
+async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
     let batch_max = usize::try_from(terms.batch_max).unwrap_or(1).max(1);
     loop {
         if queue.stop_if_empty() {

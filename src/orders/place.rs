@@ -165,7 +165,7 @@ impl Shop {
             .submit(terms.id, Waiting::new(ticket, reply), max)?;
         if let Some(queue) = joined {
             self.tasks
-                .spawn(cycle::work(self.clone(), terms.clone(), queue));
+                .spawn(cycle::supervise(self.clone(), terms.clone(), queue));
         }
         let sold_out_flag = terms.id.to_string();
         let left = tokio::select! {
@@ -187,7 +187,9 @@ impl Shop {
             Left::SoldOut => Error::SoldOut { order_id: None },
         };
         let (status, failure) = match left {
-            Left::ClientGone => (OrderStatus::Failed, Some("client_gone")),
+            // Nobody is there to be told, and no lock cycle saw the order: a row would only
+            // record the hang-up (a flood of buyers who hang up would write one each).
+            Left::ClientGone => return Err(error),
             Left::SoldOut => (OrderStatus::SoldOut, None),
             Left::Timeout => (OrderStatus::Failed, Some(error.code())),
         };
@@ -211,10 +213,9 @@ impl Shop {
         let timeout = self.lock_timeout(terms.id);
         let entered = tokio::select! {
             entered = inventory::enter_for_sale(&self.zk, terms.id, terms.guard, session, timeout).instrument(span.span.clone()) => entered,
+            // As in `queue`: no lock cycle saw the order, so it leaves no row.
             _ = &mut client_gone => {
-                store::ended(db, &terms, &[&ticket], OrderStatus::Failed, Some("client_gone")).await;
-                let error = Error::Unavailable(anyhow!("client disconnected while queued"));
-                return Err(error.for_order(ticket.id));
+                return Err(Error::Unavailable(anyhow!("client disconnected while queued")));
             }
             // Sold out while we queued: leave the queue now instead of reading a 0 under the lock.
             _ = self.sold_out.raised(&sold_out_flag) => {

@@ -18,6 +18,8 @@ pub struct Holds {
 pub(super) struct Held {
     reached: oneshot::Sender<()>,
     release: oneshot::Receiver<()>,
+    /// Once released, panic instead of going on: a bug in a lock cycle, on demand.
+    panic: bool,
 }
 
 impl Held {
@@ -25,6 +27,9 @@ impl Held {
         let _ = self.reached.send(());
         // Released, or the hold dropped: either way, go on.
         let _ = self.release.await;
+        if self.panic {
+            panic!("test hook: a lock holder panics inside its critical section");
+        }
     }
 }
 
@@ -51,6 +56,15 @@ impl Hold {
 impl Holds {
     /// Pauses the next holder of the product's stock on this instance (one per call).
     pub fn hold_next(&self, product_id: i64) -> Hold {
+        self.arm(product_id, false)
+    }
+
+    /// Pauses the next holder like [`Holds::hold_next`], and makes it panic once released.
+    pub fn panic_next(&self, product_id: i64) -> Hold {
+        self.arm(product_id, true)
+    }
+
+    fn arm(&self, product_id: i64, panic: bool) -> Hold {
         let (reached_tx, reached) = oneshot::channel();
         let (release, release_rx) = oneshot::channel();
         self.armed
@@ -61,6 +75,7 @@ impl Holds {
             .push_back(Held {
                 reached: reached_tx,
                 release: release_rx,
+                panic,
             });
         Hold {
             reached,

@@ -27,6 +27,9 @@ pub const LOCK_REENTRIES: &str = "seckill_lock_reentries_total";
 pub const PAYMENTS_IN_FLIGHT: &str = "seckill_payment_charges_in_flight";
 pub const PAYMENT_OUTCOMES: &str = "seckill_payment_outcomes_total";
 pub const PAYMENT_LEASE_WAIT: &str = "seckill_payment_lease_wait_seconds";
+pub const REFUSED: &str = "seckill_refused_total";
+pub const VIEW_REFRESHES: &str = "seckill_view_refreshes_total";
+pub const WORKER_RESTARTS: &str = "seckill_worker_restarts_total";
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
 const SECONDS: &[f64] = &[
@@ -120,6 +123,12 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time a charge waited for a payment semaphore lease (--payment-concurrency)"
     );
+    describe_counter!(REFUSED, "Connections and event streams refused for want of room, by which cap (connections, connections_per_client, event_streams, event_streams_per_client)");
+    describe_counter!(VIEW_REFRESHES, "ZooKeeper reads made to refresh a public view's snapshot, by view (lock, terms_lock, semaphore): however many clients ask, one read per refresh");
+    describe_counter!(
+        WORKER_RESTARTS,
+        "Background workers restarted after a panic, by worker"
+    );
 }
 
 /// An order's answer: `outcome` is `paid`, `reserved` or the error code.
@@ -176,6 +185,21 @@ pub fn lock_cycle(guard: &'static str, orders: usize) {
 /// pays for: `loadtest/run` divides them by paid orders.
 pub fn zk(op: &'static str) {
     counter!(ZK_OPERATIONS, "op" => op).increment(1);
+}
+
+/// A connection or event stream refused by the cap `which`.
+pub fn refused(which: &'static str) {
+    counter!(REFUSED, "cap" => which).increment(1);
+}
+
+/// A public view's snapshot was read from ZooKeeper again.
+pub fn view_refreshed(view: &'static str) {
+    counter!(VIEW_REFRESHES, "view" => view).increment(1);
+}
+
+/// A background worker panicked and was started again.
+pub fn worker_restarted(worker: &'static str) {
+    counter!(WORKER_RESTARTS, "worker" => worker).increment(1);
 }
 
 /// The session entered `state` (`SyncConnected`, `Disconnected`, `Expired`, ...).

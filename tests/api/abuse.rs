@@ -1,5 +1,6 @@
 //! Abuse and access: rejections that cost PostgreSQL no write, a cap on unpaid reservations,
-//! ZooKeeper nodes only our credentials can touch, and lock queues a stray node cannot block.
+//! ZooKeeper nodes only our credentials can touch, and lock queues, leases and flags a stray
+//! node cannot block or fool.
 
 use std::time::Duration;
 
@@ -170,6 +171,27 @@ async fn with_zk_auth_our_nodes_are_ours_alone() {
     }
     let read = stranger.get_data(&format!("{root}/ensemble")).await;
     assert!(matches!(read, Err(zk::Error::NoAuth)), "{read:?}");
+    // Nor change or remove what is there: the fencing identity, the flag and lock
+    // directories. (A delete is checked against the parent's ACL, a write against the node's.)
+    for path in [
+        format!("{root}/ensemble"),
+        format!("{root}/soldout"),
+        format!("{root}/locks/stock"),
+        env.lock_dir(product),
+    ] {
+        let set = stranger.set_data(&path, b"mine now", None).await;
+        assert!(matches!(set, Err(zk::Error::NoAuth)), "set {path}: {set:?}");
+        let deleted = stranger.delete(&path, None).await;
+        assert!(
+            matches!(deleted, Err(zk::Error::NoAuth)),
+            "delete {path}: {deleted:?}"
+        );
+        let listed = stranger.list_children(&path).await;
+        assert!(
+            matches!(listed, Err(zk::Error::NoAuth)),
+            "list {path}: {listed:?}"
+        );
+    }
 
     // Another instance with the same credentials shares everything.
     let other = env.spawn_app(&auth).await;
@@ -210,6 +232,187 @@ async fn a_stray_persistent_node_in_a_lock_queue_blocks_nobody() {
     assert_eq!(env.stock(product).await, 3);
 }
 
+/// A node named like one of ours, made persistent by a client without credentials: no
+/// session owns it, so it would never go by itself.
+async fn plant(zk: &zk::Client, dir: &str, name: &str) -> String {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match zk.mkdir(dir, &persistent).await {
+        Ok(()) | Err(zk::Error::NodeExists) => {}
+        Err(e) => panic!("making {dir}: {e}"),
+    }
+    let path = format!("{dir}/{name}");
+    zk.create(&path, b"not ours", &persistent).await.unwrap();
+    path
+}
+
+/// Curator's protected-mode prefix with the smallest uuid, as a stranger would forge it.
+const ZERO: &str = "_c_00000000-0000-0000-0000-000000000000-";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stray_writer_in_a_terms_lock_freezes_neither_sales_nor_terms_changes() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let zk = env.zk_client().await;
+    let dir = format!("{}/locks/terms/{product}", env.zk_root);
+    // First in the queue: a writer every reader would wait for, and a reader behind it.
+    let strays = [
+        plant(&zk, &dir, &format!("{ZERO}__WRIT__0000000000")).await,
+        plant(&zk, &dir, &format!("{ZERO}__READ__0000000001")).await,
+    ];
+
+    let sold = place_order(&http(), &app.base_url, product, "before-change")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    let changed = send(
+        http()
+            .put(format!("{}/api/products/{product}/terms", app.base_url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({ "price_cents": 2500 })),
+    )
+    .await
+    .unwrap();
+    assert_eq!(changed.status, StatusCode::OK, "{changed:?}");
+    assert_eq!(changed.body["price_cents"], 2500, "{changed:?}");
+    let after = place_order(&http(), &app.base_url, product, "after-change")
+        .await
+        .unwrap();
+    assert_eq!(after.status, StatusCode::CREATED, "{after:?}");
+    for stray in &strays {
+        assert!(
+            zk.check_stat(stray).await.unwrap().is_some(),
+            "{stray} left"
+        );
+    }
+    assert_eq!(env.stock(product).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stray_nodes_in_the_payment_leases_take_no_lease() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--payment-concurrency", "1"]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let zk = env.zk_client().await;
+    let leases = format!("{}/semaphores/payment/leases", env.zk_root);
+    // Counted as Curator counts, they would fill the one lease for good.
+    plant(&zk, &leases, &format!("{ZERO}lease-0000000000")).await;
+    plant(&zk, &leases, "not-a-lease").await;
+
+    for buyer in ["payer-1", "payer-2"] {
+        let paid = place_order(&http(), &app.base_url, product, buyer)
+            .await
+            .unwrap();
+        assert_eq!(paid.status, StatusCode::CREATED, "{paid:?}");
+        assert_eq!(paid.body["status"], "paid", "{paid:?}");
+    }
+    let left = zk.list_children(&leases).await.unwrap();
+    assert_eq!(left.len(), 2, "only the strays left, untouched: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_persistent_node_holding_the_herd_lock_is_refused_at_once() {
+    let env = TestEnv::new().await;
+    // Waited for, the node would hold every order until the request's own timeout (15 s).
+    let app = env.spawn_app(&["--lock-timeout-ms", "60000"]).await;
+    let product = create_product(&app.base_url, 5, "zk-herd").await;
+    let zk = env.zk_client().await;
+    let dir = format!("{}/locks/herd/{product}", env.zk_root);
+    let stray = plant(&zk, &dir, "lock").await;
+
+    let started = std::time::Instant::now();
+    let refused = place_order(&http(), &app.base_url, product, "buyer")
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "{refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        zk.check_stat(&stray).await.unwrap().is_some(),
+        "not ours to delete"
+    );
+    assert_eq!(env.stock(product).await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flag_nodes_a_stranger_made_neither_stop_sales_nor_arm_demos() {
+    let env = TestEnv::new().await;
+    let flags = ["--allow-unsafe-guards"];
+    let running = env.spawn_app(&flags).await;
+    let product = create_product(&running.base_url, 5, "zk").await;
+    let other = create_product(&running.base_url, 1, "zk").await;
+    let zk = env.zk_client().await;
+    let strays = [
+        plant(
+            &zk,
+            &format!("{}/soldout", env.zk_root),
+            &product.to_string(),
+        )
+        .await,
+        plant(
+            &zk,
+            &format!("{}/demo", env.zk_root),
+            &format!("{product}-crash"),
+        )
+        .await,
+        plant(
+            &zk,
+            &format!("{}/demo", env.zk_root),
+            &format!("{product}-zombie"),
+        )
+        .await,
+    ];
+    // This one read the strays as it started; the running one sees them through its watch,
+    // before it sees the flag raised after them.
+    let started = env.spawn_app(&flags).await;
+    let sold_out = place_order(&http(), &started.base_url, other, "last-unit")
+        .await
+        .unwrap();
+    assert_eq!(sold_out.status, StatusCode::CREATED, "{sold_out:?}");
+    for base in [&running.base_url, &started.base_url] {
+        wait_until(
+            Duration::from_secs(10),
+            "the real sold-out flag",
+            || async {
+                let p = send(http().get(format!("{base}/api/products/{other}")))
+                    .await
+                    .ok()?;
+                (p.body["sold_out"] == true).then_some(())
+            },
+        )
+        .await;
+    }
+
+    for (i, base) in [&running.base_url, &started.base_url]
+        .into_iter()
+        .enumerate()
+    {
+        let shown = send(http().get(format!("{base}/api/products/{product}")))
+            .await
+            .unwrap();
+        assert_eq!(shown.body["sold_out"], false, "{shown:?}");
+        // Neither refused as sold out nor lost to a crash or zombie demo.
+        let sold = place_order(&http(), base, product, &format!("buyer-{i}"))
+            .await
+            .unwrap();
+        assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
+    }
+    for stray in &strays {
+        assert!(
+            zk.check_stat(stray).await.unwrap().is_some(),
+            "{stray} left"
+        );
+    }
+    assert_eq!(env.stock(product).await, 3);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn more_event_streams_than_the_cap_leave_the_instance_answering() {
     let env = TestEnv::new().await;
@@ -218,8 +421,14 @@ async fn more_event_streams_than_the_cap_leave_the_instance_answering() {
     let client = http();
     let mut open = Vec::new();
     let mut refused = Vec::new();
-    for _ in 0..8 {
-        let response = client
+    // Two streams from each of four addresses: within each client's share (half the
+    // instance's), so the instance's own cap is what refuses.
+    for i in 0..8 {
+        let from: std::net::IpAddr = format!("127.0.0.{}", 10 + i / 2).parse().unwrap();
+        let response = reqwest::Client::builder()
+            .local_address(from)
+            .build()
+            .unwrap()
             .get(format!("{}/api/events", app.base_url))
             .send()
             .await
@@ -295,17 +504,21 @@ fn addr(base_url: &str) -> String {
 async fn connections_beyond_the_cap_get_503_and_are_closed() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&["--max-connections", "3"]).await;
+    // One connection from each of three addresses (one client may hold half the instance's,
+    // here 1): the instance's cap is full, and a fourth client is refused.
+    let connect_from = |from: String| {
+        let to = addr(&app.base_url);
+        async move {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+            socket.connect(to.parse().unwrap()).await.unwrap()
+        }
+    };
     let mut idle = Vec::new();
-    for _ in 0..3 {
-        idle.push(
-            tokio::net::TcpStream::connect(addr(&app.base_url))
-                .await
-                .unwrap(),
-        );
+    for i in 0..3 {
+        idle.push(connect_from(format!("127.0.0.{}", 20 + i)).await);
     }
-    let mut extra = tokio::net::TcpStream::connect(addr(&app.base_url))
-        .await
-        .unwrap();
+    let mut extra = connect_from("127.0.0.23".to_string()).await;
     let answer = read_until_closed(&mut extra).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(

@@ -172,6 +172,10 @@ impl TestEnv {
             "10",
             "--payment-url",
             &self.provider.url,
+            // Tests read a lock view right after changing the lock: no snapshot age (the
+            // snapshots themselves are tested in `access`, which sets its own).
+            "--view-refresh-ms",
+            "0",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -252,6 +256,16 @@ impl TestEnv {
     /// A client of our own on the test's ZooKeeper, for looking at (or meddling with) locks.
     pub async fn zk_client(&self) -> zk::Client {
         zk::Client::connect(&self.zk_connect)
+            .await
+            .expect("connect to ZooKeeper")
+    }
+
+    /// [`Self::zk_client`] with digest credentials (`user:password`), as an instance
+    /// started with `--zk-auth` has.
+    pub async fn zk_client_as(&self, auth: &str) -> zk::Client {
+        zk::Client::connector()
+            .with_auth("digest", auth.as_bytes())
+            .connect(&self.zk_connect)
             .await
             .expect("connect to ZooKeeper")
     }
@@ -342,6 +356,15 @@ impl TestEnv {
             .fetch_one(&self.db)
             .await
             .expect("read stock")
+    }
+
+    /// Whether an Idempotency-Key has a record (taken, in progress or answered).
+    pub async fn key_exists(&self, key: &str) -> bool {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1)")
+            .bind(key)
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
     }
 
     pub async fn total_orders(&self) -> i64 {

@@ -25,6 +25,10 @@ const JARS: &[&str] = &[
     "slf4j-nop",
 ];
 
+/// The credentials our instances and Curator share in these tests: ZooKeeper closed to
+/// strangers, as `scripts/demo` and compose run it.
+const AUTH: &str = "seckill:interop-s3cret";
+
 fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
     let mut all = vec![env.lock_dir(product)];
     all.extend(args.iter().map(|a| a.to_string()));
@@ -52,6 +56,7 @@ fn java(env: &TestEnv, program: &str, args: &[String]) -> Command {
         ))
         .arg(&env.zk_connect)
         .args(args)
+        .env("SECKILL_ZK_AUTH", AUTH)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -80,14 +85,21 @@ async fn holding(mut command: Command) -> (Child, Lines<BufReader<ChildStdout>>)
 async fn a_curator_holder_blocks_our_order_until_it_releases() {
     let env = TestEnv::new().await;
     let app = env
-        .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "seckill"])
+        .spawn_app(&[
+            "--lock-timeout-ms",
+            "60000",
+            "--instance",
+            "seckill",
+            "--zk-auth",
+            AUTH,
+        ])
         .await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
     let (mut holder, mut out) = curator_holds(&env, product).await;
 
     let order = spawn_order(&app.base_url, product, "behind-curator");
-    let watcher = env.zk_client().await;
+    let watcher = env.zk_client_as(AUTH).await;
     wait_until(
         Duration::from_secs(10),
         "our node queued behind Curator's",
@@ -115,7 +127,9 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
 #[tokio::test(flavor = "multi_thread")]
 async fn our_holder_blocks_curator() {
     let env = TestEnv::new().await;
-    let app = env.spawn_app(&["--instance", "seckill"]).await;
+    let app = env
+        .spawn_app(&["--instance", "seckill", "--zk-auth", AUTH])
+        .await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
     let mut hold = app.holds.hold_next(product);
@@ -150,7 +164,14 @@ async fn our_holder_blocks_curator() {
 async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() {
     let env = TestEnv::new().await;
     let app = env
-        .spawn_app(&["--lock-timeout-ms", "60000", "--instance", "seckill"])
+        .spawn_app(&[
+            "--lock-timeout-ms",
+            "60000",
+            "--instance",
+            "seckill",
+            "--zk-auth",
+            AUTH,
+        ])
         .await;
     let product = create_product_with(
         &app.base_url,
@@ -170,7 +191,7 @@ async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() 
     .await;
     // Five buyers, one place in the lock queue: the instance's, behind Curator's. (Queued
     // here before the worker's node is made: wait for the node, then look at the queue.)
-    let watcher = env.zk_client().await;
+    let watcher = env.zk_client_as(AUTH).await;
     env.wait_for_queue(&watcher, product, 2, "our node behind Curator's")
         .await;
     let queue = env.lock_queue(&watcher, product).await;
@@ -236,7 +257,13 @@ async fn view_until(
 async fn curators_semaphore_and_ours_count_against_the_same_n() {
     let env = TestEnv::new().await;
     let app = env
-        .spawn_app(&["--allow-unsafe-guards", "--payment-concurrency", "2"])
+        .spawn_app(&[
+            "--allow-unsafe-guards",
+            "--payment-concurrency",
+            "2",
+            "--zk-auth",
+            AUTH,
+        ])
         .await;
     let url = format!("{}/api/payments/semaphore", app.base_url);
     let path = format!("{}/semaphores/payment", env.zk_root);
@@ -277,7 +304,9 @@ async fn curators_semaphore_and_ours_count_against_the_same_n() {
 #[tokio::test(flavor = "multi_thread")]
 async fn curators_read_write_lock_and_ours_share_and_exclude_as_one() {
     let env = TestEnv::new().await;
-    let app = env.spawn_app(&["--allow-unsafe-guards"]).await;
+    let app = env
+        .spawn_app(&["--allow-unsafe-guards", "--zk-auth", AUTH])
+        .await;
     let product = create_product(&app.base_url, 3, "zk").await;
     let url = format!("{}/api/products/{product}/terms-lock", app.base_url);
     let path = format!("{}/locks/terms/{product}", env.zk_root);

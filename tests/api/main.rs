@@ -2,6 +2,7 @@
 //! Each test gets a fresh database and ZooKeeper root, so they run in parallel.
 
 mod abuse;
+mod access;
 mod bad_input;
 mod batching;
 mod chaos;

@@ -41,6 +41,8 @@ function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) 
       '--zk', need('SECKILL_ZK'),
       '--zk-root', zkRoot,
       '--admin-token', ADMIN,
+      // ZooKeeper closed to strangers, as scripts/demo runs it.
+      '--zk-auth', 'seckill:e2e-zk-credentials',
       '--allow-unsafe-guards',
       // The source material's sleep: a browser sends only ~6 requests at a time, and the
       // race (and the queue) must still show.

@@ -11,14 +11,18 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
+import java.util.List;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorMutex {
     public static void main(String[] args) throws Exception {
         String connect = args[0], path = args[1], mode = args[2];
-        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, new RetryOneTime(100));
+        CuratorFramework client = client(connect);
         client.start();
         client.blockUntilConnected();
         if (mode.equals("bench")) {
@@ -67,5 +71,20 @@ public class CuratorMutex {
         for (Thread t : threads) t.join();
         double elapsed = (System.nanoTime() - start) / 1e9;
         System.out.println("handoffs " + handoffs.get() + " seconds " + elapsed);
+    }
+
+    // With SECKILL_ZK_AUTH (user:password) set, as the service's instances do: digest auth,
+    // and every node made readable and writable by those credentials only.
+    static CuratorFramework client(String connect) {
+        String auth = System.getenv("SECKILL_ZK_AUTH");
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
+            .connectString(connect).retryPolicy(new RetryOneTime(100));
+        if (auth != null && !auth.isEmpty()) {
+            builder.authorization("digest", auth.getBytes()).aclProvider(new ACLProvider() {
+                public List<ACL> getDefaultAcl() { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                public List<ACL> getAclForPath(String path) { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+            });
+        }
+        return builder.build();
     }
 }

@@ -8,7 +8,11 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
+import java.util.List;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryOneTime;
@@ -16,7 +20,7 @@ import org.apache.curator.retry.RetryOneTime;
 public class CuratorRwLock {
     public static void main(String[] args) throws Exception {
         String connect = args[0], path = args[1], side = args[2], mode = args[3];
-        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, new RetryOneTime(100));
+        CuratorFramework client = client(connect);
         client.start();
         client.blockUntilConnected();
         InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, path);
@@ -35,5 +39,20 @@ public class CuratorRwLock {
         }
         System.out.flush();
         client.close();
+    }
+
+    // With SECKILL_ZK_AUTH (user:password) set, as the service's instances do: digest auth,
+    // and every node made readable and writable by those credentials only.
+    static CuratorFramework client(String connect) {
+        String auth = System.getenv("SECKILL_ZK_AUTH");
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
+            .connectString(connect).retryPolicy(new RetryOneTime(100));
+        if (auth != null && !auth.isEmpty()) {
+            builder.authorization("digest", auth.getBytes()).aclProvider(new ACLProvider() {
+                public List<ACL> getDefaultAcl() { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+                public List<ACL> getAclForPath(String path) { return ZooDefs.Ids.CREATOR_ALL_ACL; }
+            });
+        }
+        return builder.build();
     }
 }

@@ -3,7 +3,6 @@
 //! one read per refresh however many ask, and the instance cleans up after itself (a worker
 //! that panics, its lock nodes at shutdown).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -218,25 +217,6 @@ async fn behind_a_trusted_proxy_each_client_is_counted_apart_and_nobody_else_can
         .unwrap();
     assert_eq!(bob_buys.status, StatusCode::CREATED, "{bob_buys:?}");
     drop((alice, bob, direct));
-}
-
-/// `name{labels}` → value, from a scrape of Prometheus' text format.
-async fn scrape(base: &str) -> HashMap<String, f64> {
-    let text = http()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -225,21 +225,7 @@ async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it_and_writes_no_row() {
     })
     .await;
     gone.abort();
-    // The key is freed once the order's task has its answer: after anything it wrote.
-    wait_until(
-        Duration::from_secs(10),
-        "the hung-up order to end",
-        || async { (!env.key_exists("gone-key").await).then_some(()) },
-    )
-    .await;
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE user_id = 'gone'")
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
-    assert_eq!(
-        rows, 0,
-        "a hang-up before any lock cycle leaves no order row"
-    );
+    env.assert_hang_up_left_no_row("gone-key", "gone").await;
     assert_eq!(
         app.combiner.queued(product),
         1,

@@ -367,6 +367,27 @@ impl TestEnv {
             .unwrap()
     }
 
+    /// After a buyer with `key` hung up while queued: waits until its order's task has
+    /// answered (the key is freed then, after anything the order wrote), and checks that
+    /// `user` has no order row.
+    pub async fn assert_hang_up_left_no_row(&self, key: &str, user: &str) {
+        wait_until(
+            Duration::from_secs(10),
+            "the hung-up order to end",
+            || async { (!self.key_exists(key).await).then_some(()) },
+        )
+        .await;
+        let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE user_id = $1")
+            .bind(user)
+            .fetch_one(&self.db)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows, 0,
+            "a hang-up before any lock cycle leaves no order row"
+        );
+    }
+
     pub async fn total_orders(&self) -> i64 {
         sqlx::query_scalar("SELECT COUNT(*) FROM orders")
             .fetch_one(&self.db)
@@ -620,6 +641,25 @@ pub async fn three_instances(env: &TestEnv, extra: &[&str]) -> (Vec<ServerProces
     }
     let urls = servers.iter().map(|s| s.base_url.clone()).collect();
     (servers, urls)
+}
+
+/// `name{labels}` → value, from a scrape of `GET /metrics` (Prometheus' text format).
+pub async fn scrape(base: &str) -> HashMap<String, f64> {
+    let text = http()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("metrics body");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The product's lock view on that instance (`GET /api/products/{id}/lock`), which must answer.

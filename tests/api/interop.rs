@@ -29,6 +29,20 @@ const JARS: &[&str] = &[
 /// strangers, as `scripts/demo` and compose run it.
 const AUTH: &str = "seckill:interop-s3cret";
 
+/// Our instance `seckill`, with the credentials Curator has, waiting as long as Curator
+/// holds (60 s).
+async fn patient_app(env: &TestEnv) -> TestApp {
+    env.spawn_app(&[
+        "--lock-timeout-ms",
+        "60000",
+        "--instance",
+        "seckill",
+        "--zk-auth",
+        AUTH,
+    ])
+    .await
+}
+
 fn curator(env: &TestEnv, product: i64, args: &[&str]) -> Command {
     let mut all = vec![env.lock_dir(product)];
     all.extend(args.iter().map(|a| a.to_string()));
@@ -84,16 +98,7 @@ async fn holding(mut command: Command) -> (Child, Lines<BufReader<ChildStdout>>)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_curator_holder_blocks_our_order_until_it_releases() {
     let env = TestEnv::new().await;
-    let app = env
-        .spawn_app(&[
-            "--lock-timeout-ms",
-            "60000",
-            "--instance",
-            "seckill",
-            "--zk-auth",
-            AUTH,
-        ])
-        .await;
+    let app = patient_app(&env).await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
     let (mut holder, mut out) = curator_holds(&env, product).await;
@@ -163,16 +168,7 @@ async fn our_holder_blocks_curator() {
 #[tokio::test(flavor = "multi_thread")]
 async fn combined_orders_queue_behind_curator_as_one_node_and_go_in_one_cycle() {
     let env = TestEnv::new().await;
-    let app = env
-        .spawn_app(&[
-            "--lock-timeout-ms",
-            "60000",
-            "--instance",
-            "seckill",
-            "--zk-auth",
-            AUTH,
-        ])
-        .await;
+    let app = patient_app(&env).await;
     let product = create_product_with(
         &app.base_url,
         serde_json::json!({ "stock": 10, "batch_max": 64 }),

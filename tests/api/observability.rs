@@ -13,25 +13,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-/// `name{labels}` → value, from Prometheus' text format.
-async fn scrape(base: &str) -> HashMap<String, f64> {
-    let text = http()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("metrics body");
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
-
 /// The value of one series, with its labels in the order the exporter writes them.
 fn value(metrics: &HashMap<String, f64>, series: &str) -> f64 {
     metrics.get(series).copied().unwrap_or(0.0)

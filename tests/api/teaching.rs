@@ -215,9 +215,12 @@ async fn the_zombie_demo_shows_the_fence_refusing_the_stale_write() {
     let mut stream = subscribe(&b.base_url).await;
     let mut buffer = String::new();
 
+    // Armed on the zombie's own instance: it has the flag the moment the answer comes
+    // (another instance learns of it through its watch a little later, and an order placed
+    // there before would not act it out).
     let armed = send(
         http()
-            .post(format!("{}/api/products/{product}/demo", b.base_url))
+            .post(format!("{}/api/products/{product}/demo", a.base_url))
             .bearer_auth(ADMIN_TOKEN)
             .json(&json!({ "mode": "zombie" })),
     )

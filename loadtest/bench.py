@@ -81,7 +81,11 @@ class Instances:
             self.procs.append(subprocess.Popen(
                 [str(SECKILL), "--listen", addr, "--database-url", db_url,
                  "--zk", os.environ["SECKILL_ZK"], "--zk-root", f"/seckill-bench/{run_id}-{n}",
-                 "--admin-token", self.token, "--instance", f"bench-{i}"],
+                 "--admin-token", self.token, "--instance", f"bench-{i}",
+                 # ZooKeeper closed, as deployed; every connection is the generator's, one
+                 # address: the per-client cap must not refuse what the bench offers.
+                 "--zk-auth", f"seckill:{self.token}",
+                 "--max-connections-per-client", "8192", "--max-connections", "16384"],
                 stdout=subprocess.DEVNULL, stderr=open(RESULTS / f"bench-server-{i}.log", "w"),
                 env={**os.environ, "RUST_LOG": "warn"}))
             self.urls.append(f"http://{addr}")

@@ -105,11 +105,13 @@ impl Flags {
             metrics::zk("create");
             match client.create(&path, MARK, &persistent).await {
                 Ok(_) => Ok(true),
-                Err(zk::Error::NodeExists) => match read_mark(&client, &path).await? {
-                    Some(ours) => Ok(ours),
-                    // Gone since: create it again.
-                    None => Err(zk::Error::ConnectionLoss),
-                },
+                Err(zk::Error::NodeExists) => {
+                    match read_mark(&client, &path, self.inner.zk.acls()).await? {
+                        Some(ours) => Ok(ours),
+                        // Gone since: create it again.
+                        None => Err(zk::Error::ConnectionLoss),
+                    }
+                }
                 // The directory went with a wiped ZooKeeper: make it again, then retry.
                 Err(zk::Error::NoNode) => {
                     make_dir(&client, &self.inner.dir, self.inner.zk.acls()).await?;
@@ -217,11 +219,50 @@ where
 }
 
 /// Whether the node at `path` is one of our flags (`None`: there is no node).
-async fn read_mark(client: &zk::Client, path: &str) -> Result<Option<bool>, zk::Error> {
+///
+/// A flag raised before flags had a mark has no data. Under `--zk-auth` nobody without our
+/// credentials can have made a node here, so one with no data and a closed ACL is ours from
+/// an older version: it gets its mark now (an upgrade keeps its flags, and they can be
+/// lowered). Without auth there is no telling, and it is left out.
+async fn read_mark(
+    client: &zk::Client,
+    path: &str,
+    acls: zk::Acls<'static>,
+) -> Result<Option<bool>, zk::Error> {
     metrics::zk("get_data");
-    match client.get_data(path).await {
-        Ok((data, _)) => Ok(Some(data == MARK)),
+    let (data, stat) = match client.get_data(path).await {
+        Ok(found) => found,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if data == MARK {
+        return Ok(Some(true));
+    }
+    if !data.is_empty() || acls != zk::Acls::creator_all() {
+        return Ok(Some(false));
+    }
+    metrics::zk("get_acl");
+    match client.get_acl(path).await {
+        Ok((acl, _)) if acl.iter().any(|entry| entry.scheme() == "world") => {
+            return Ok(Some(false))
+        }
+        Ok(_) => {}
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    metrics::zk("set_data");
+    match client.set_data(path, MARK, Some(stat.version)).await {
+        Ok(_) => Ok(Some(true)),
         Err(zk::Error::NoNode) => Ok(None),
+        // Changed since we read it: another instance marked it first, or it is not a flag.
+        Err(zk::Error::BadVersion) => {
+            metrics::zk("get_data");
+            match client.get_data(path).await {
+                Ok((data, _)) => Ok(Some(data == MARK)),
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
         Err(e) => Err(e),
     }
 }
@@ -277,9 +318,9 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
         Err(e) => return Err(e),
     };
     let unverified = inner.unverified(&children);
-    let marks = unverified
-        .iter()
-        .map(|name| async move { read_mark(client, &format!("{}/{name}", inner.dir)).await });
+    let marks = unverified.iter().map(|name| async move {
+        read_mark(client, &format!("{}/{name}", inner.dir), inner.zk.acls()).await
+    });
     for (name, mark) in unverified.iter().zip(join_all(marks).await) {
         // A node gone since the listing is not cached: the next listing leaves it out.
         let Some(ours) = mark? else { continue };

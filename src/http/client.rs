@@ -14,9 +14,24 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use ipnet::IpNet;
 
-/// The client a request is counted against: the peer, or what a trusted proxy names.
+/// The client a request is counted against: the peer, or what a trusted proxy names, as a
+/// key ([`client_key`]: an IPv6 client is its /64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ClientIp(pub IpAddr);
+
+/// The key one client is counted under. An IPv4 client on a dual-stack socket arrives as
+/// `::ffff:a.b.c.d`: one client, one key. An IPv6 host is normally given a whole /64 and
+/// picks addresses in it at will: counted per address, it would be as many clients as it
+/// likes, so its key is the /64.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match canonical(ip) {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
+}
 
 /// As the connection layer resolved it (`http::server`); the peer where a router is served
 /// without it, and the unspecified address where there is no peer at all (one bucket).
@@ -28,7 +43,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
         Ok(extensions.get::<ClientIp>().copied().unwrap_or_else(|| {
             let peer = extensions
                 .get::<ConnectInfo<SocketAddr>>()
-                .map(|ConnectInfo(addr)| addr.ip());
+                .map(|ConnectInfo(addr)| client_key(addr.ip()));
             ClientIp(peer.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))
         }))
     }
@@ -55,7 +70,7 @@ impl TrustedProxies {
     pub fn client(&self, peer: IpAddr, headers: &HeaderMap) -> ClientIp {
         let peer = canonical(peer);
         if !self.contains(peer) {
-            return ClientIp(peer);
+            return ClientIp(client_key(peer));
         }
         let forwarded: Vec<&str> = headers
             .get_all("x-forwarded-for")
@@ -76,17 +91,17 @@ impl TrustedProxies {
                     break;
                 }
             }
-            return ClientIp(client);
+            return ClientIp(client_key(client));
         }
         let real = headers
             .get("x-real-ip")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<IpAddr>().ok());
-        ClientIp(real.map(canonical).unwrap_or(peer))
+        ClientIp(client_key(real.unwrap_or(peer)))
     }
 }
 
-/// An IPv4 client on a dual-stack socket arrives as `::ffff:a.b.c.d`: one client, one key.
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -179,6 +194,24 @@ mod tests {
                 .0,
             ip("192.0.2.4")
         );
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64_and_an_ipv4_client_its_address() {
+        assert_eq!(
+            client_key(ip("2001:db8:1:2:aaaa::1")),
+            client_key(ip("2001:db8:1:2:ffff::9")),
+            "one /64, one client"
+        );
+        assert_ne!(
+            client_key(ip("2001:db8:1:2::1")),
+            client_key(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(client_key(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(client_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        let proxies = trusted(&["::1"]);
+        let named = headers(&[("x-forwarded-for", "2001:db8:5:6::42")]);
+        assert_eq!(proxies.client(ip("::1"), &named).0, ip("2001:db8:5:6::"));
     }
 
     #[test]

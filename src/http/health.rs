@@ -87,12 +87,12 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
     // Probes are unauthenticated and may come by the thousand: PostgreSQL is asked once per
     // refresh interval for all of them, and ZooKeeper not at all (the session's own state:
     // its heartbeats already tell whether the ensemble answers).
-    let db = &state.db;
+    let db = state.db.clone();
     let postgres = state
         .views
         .postgres
-        .get((), || async {
-            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(db);
+        .get((), move || async move {
+            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(&db);
             let answered = tokio::time::timeout(std::time::Duration::from_secs(2), ping).await;
             Ok::<_, std::convert::Infallible>(answered.is_ok_and(|r| r.is_ok()))
         })

@@ -165,27 +165,31 @@ async fn lock(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<QueueView>, ApiError> {
-    let product = find(&state, &id).await?;
-    let Some(recipe) = product.guard.recipe() else {
-        return Err(ApiError::Domain(Error::NoLock(
-            product.id,
-            product.guard.as_str(),
-        )));
+    let id = parse_id(&id, "product id")?;
+    // This instance's copy of the terms, not the product row: a flood of views costs
+    // PostgreSQL nothing once the product is known here (a guard never changes).
+    let terms = state
+        .catalog
+        .terms(&state.db, id)
+        .await?
+        .ok_or(ApiError::Domain(Error::UnknownProduct(id)))?;
+    let Some(recipe) = terms.guard.recipe() else {
+        return Err(ApiError::Domain(Error::NoLock(id, terms.guard.as_str())));
     };
-    let zk = &state.zk;
+    let zk = state.zk.clone();
     let view = state
         .views
         .lock
-        .get(product.id, || {
+        .get(id, move || async move {
             metrics::view_refreshed("lock");
-            zk.queue(product.id, recipe)
+            zk.queue(id, recipe).await
         })
         .await
         .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;
     // ZooKeeper's part from the snapshot; this instance's own counts are free to read now.
     let mut view = QueueView::clone(&view);
-    view.waiting_here = zk.waiting_here(product.id);
-    view.stats = zk.stats(product.id);
+    view.waiting_here = state.zk.waiting_here(id);
+    view.stats = state.zk.stats(id);
     Ok(Json(view))
 }
 

@@ -81,13 +81,13 @@ async fn terms_lock(
     Path(id): Path<String>,
 ) -> Result<Json<TermsLockState>, ApiError> {
     let id = known_product(&state, &id).await?;
-    let zk = &state.zk;
+    let zk = state.zk.clone();
     let view = state
         .views
         .terms_lock
-        .get(id, || {
+        .get(id, move || async move {
             metrics::view_refreshed("terms_lock");
-            zk.terms_lock_view(id)
+            zk.terms_lock_view(id).await
         })
         .await
         .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;
@@ -116,9 +116,11 @@ fn terms_lock_state(state: &AppState, id: i64, view: RwLockView) -> TermsLockSta
     }
 }
 
+/// The product's id, if it exists: from this instance's copy of the terms, so a flood of
+/// views costs PostgreSQL nothing once the product is known here.
 async fn known_product(state: &AppState, raw_id: &str) -> Result<i64, ApiError> {
     let id = parse_id(raw_id, "product id")?;
-    match inventory::get(&state.db, id).await? {
+    match state.catalog.terms(&state.db, id).await? {
         Some(_) => Ok(id),
         None => Err(ApiError::Domain(Error::UnknownProduct(id))),
     }
@@ -204,13 +206,13 @@ pub(super) struct SemaphoreState {
     responses((status = 200, description = "Leases and waiters (`enabled` false without `--payment-concurrency`)", body = SemaphoreState)))]
 async fn semaphore(State(state): State<AppState>) -> Result<Json<SemaphoreState>, ApiError> {
     let max = state.config.payment_concurrency;
-    let zk = &state.zk;
+    let zk = state.zk.clone();
     let view = state
         .views
         .semaphore
-        .get((), || {
+        .get((), move || async move {
             metrics::view_refreshed("semaphore");
-            zk.semaphore_view(PAYMENT_SEMAPHORE, max)
+            zk.semaphore_view(PAYMENT_SEMAPHORE, max).await
         })
         .await
         .map_err(|e| ApiError::Domain(Error::Unavailable(anyhow::anyhow!(e))))?;

@@ -5,7 +5,7 @@
 //! other client needs. A connection beyond a cap gets a 503 `too_busy` and is closed rather
 //! than left hanging in the kernel's queue.
 //!
-//! The per-client cap keys on the peer address. A trusted proxy (`--trusted-proxy`) carries
+//! The per-client cap keys on the peer address (an IPv6 peer: its /64). A trusted proxy (`--trusted-proxy`) carries
 //! many clients on its connections, so only the instance's cap bounds it; each request then
 //! carries the client the proxy names ([`ClientIp`]), which the rate limit and the event
 //! streams' per-client cap key on.
@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use super::client::TrustedProxies;
+use super::client::{client_key, TrustedProxies};
 use super::error::ApiError;
 use crate::telemetry::metrics;
 
@@ -84,7 +84,7 @@ pub async fn serve(
         let client_slot = if trusted.contains(peer.ip()) {
             None
         } else {
-            match per_client.take(peer.ip()) {
+            match per_client.take(client_key(peer.ip())) {
                 Some(slot) => Some(slot),
                 None => {
                     metrics::refused("connections_per_client");

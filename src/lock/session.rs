@@ -228,11 +228,16 @@ impl Zk {
         let root = self.root();
         metrics::zk("get_ephemerals");
         let nodes = client.list_ephemerals(root).await?;
-        let mut deleted = 0;
-        // The listing matches by prefix: `/seckill` would also name `/seckill-b/...`.
-        for node in nodes.iter().filter(|n| n.starts_with(&format!("{root}/"))) {
+        // The listing matches by prefix: `/seckill` would also name `/seckill-b/...`. Sent
+        // together (one session orders them anyway): shutdown waits for the slowest alone.
+        let ours = nodes.iter().filter(|n| n.starts_with(&format!("{root}/")));
+        let deletes = ours.map(|node| {
             metrics::zk("delete");
-            match client.delete(node, None).await {
+            client.delete(node, None)
+        });
+        let mut deleted = 0;
+        for result in futures_util::future::join_all(deletes).await {
+            match result {
                 Ok(()) => deleted += 1,
                 Err(zk::Error::NoNode) => {}
                 Err(e) => return Err(e),
@@ -342,7 +347,9 @@ async fn ensure_closed(client: &zk::Client, node: &str) -> Result<(), zk::Error>
     if acl.iter().any(|entry| entry.scheme() == "world") {
         return Err(zk::Error::UnexpectedError(format!(
             "{node} is open to anyone (created without --zk-auth, or not by us): \
-             delete it, or restrict its ACL to our credentials"
+             delete it with everything under it (zkCli.sh deleteall {node}; the instances \
+             make it again, closed), or restrict the ACL of it and every node under it to \
+             our credentials"
         )));
     }
     Ok(())

@@ -9,7 +9,7 @@
 //! this queue does.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -47,7 +47,7 @@ impl QueueState {
 
 impl Combiner {
     fn queue(&self, product_id: i64) -> Arc<Queue> {
-        let mut queues = self.queues.lock().expect("queues poisoned");
+        let mut queues = relock(&self.queues);
         queues
             .entry(product_id)
             .or_insert_with(|| {
@@ -70,7 +70,7 @@ impl Combiner {
     ) -> Result<Option<Arc<Queue>>, Error> {
         let queue = self.queue(product_id);
         let start_worker = {
-            let mut st = queue.state.lock().expect("queue poisoned");
+            let mut st = queue.state();
             if st.waiting.len() + st.serving >= max {
                 return Err(Error::TooBusy);
             }
@@ -83,17 +83,13 @@ impl Combiner {
 
     /// The product's queue, if any order of it ever queued here.
     fn existing(&self, product_id: i64) -> Option<Arc<Queue>> {
-        self.queues
-            .lock()
-            .expect("queues poisoned")
-            .get(&product_id)
-            .cloned()
+        relock(&self.queues).get(&product_id).cloned()
     }
 
     /// Takes the order out of the queue if no lock cycle has taken it yet.
     pub fn withdraw(&self, product_id: i64, id: Uuid) -> Option<Ticket> {
         let queue = self.existing(product_id)?;
-        let mut st = queue.state.lock().expect("queue poisoned");
+        let mut st = queue.state();
         let at = st.waiting.iter().position(|w| w.ticket.id == id)?;
         let waiting = st.waiting.remove(at)?;
         st.publish(&queue.waiting);
@@ -103,9 +99,22 @@ impl Combiner {
     /// Orders of the product queued or being served on this instance.
     pub fn queued(&self, product_id: i64) -> usize {
         self.existing(product_id).map_or(0, |queue| {
-            let st = queue.state.lock().expect("queue poisoned");
+            let st = queue.state();
             st.waiting.len() + st.serving
         })
+    }
+}
+
+/// A queue's lock, even after a panic while it was held: a lock-cycle worker that panics
+/// is started again (`cycle::supervise`), and a poisoned lock would make every order of the
+/// product panic after it. The state is plain counts and a list, whole at every step.
+fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Queue {
+    fn state(&self) -> MutexGuard<'_, QueueState> {
+        relock(&self.state)
     }
 }
 
@@ -114,7 +123,7 @@ impl Queue {
     /// Whether the worker should stop: nobody waits (then it is marked stopped, and the next
     /// order to queue starts a new one).
     pub(super) fn stop_if_empty(&self) -> bool {
-        let mut st = self.state.lock().expect("queue poisoned");
+        let mut st = self.state();
         if st.waiting.is_empty() {
             st.worker = false;
         }
@@ -128,7 +137,7 @@ impl Queue {
 
     /// The next batch, at most `max` orders in arrival order, now being served.
     pub(super) fn take(&self, max: usize) -> Vec<Waiting> {
-        let mut st = self.state.lock().expect("queue poisoned");
+        let mut st = self.state();
         let n = st.waiting.len().min(max);
         let batch: Vec<Waiting> = st.waiting.drain(..n).collect();
         st.serving = batch.len();
@@ -138,12 +147,12 @@ impl Queue {
 
     /// The batch being served has its answers.
     pub(super) fn served(&self) {
-        self.state.lock().expect("queue poisoned").serving = 0;
+        self.state().serving = 0;
     }
 
     /// Every waiting order, out of the queue (the guard could not be entered).
     pub(super) fn drain(&self) -> Vec<Waiting> {
-        let mut st = self.state.lock().expect("queue poisoned");
+        let mut st = self.state();
         let all = st.waiting.drain(..).collect();
         st.publish(&self.waiting);
         all

@@ -55,8 +55,9 @@ impl CycleSpan {
 /// Runs the worker of a combined product's queue, and starts it again if it panics: a
 /// worker that died with its queue still marked as served would leave the product unsold
 /// on this instance (every order timing out) until a restart. The batch it was serving
-/// gets no answer (its transaction rolled back; paid orders are the sweep's, from their
-/// intents), and the next cycle serves whoever waits.
+/// is answered 500 `internal` (its reply channels went with the worker; a transaction not
+/// yet committed rolled back, and a paid order's intent is the sweep's), and the next cycle
+/// serves whoever waits.
 pub(super) async fn supervise(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
     loop {
         let worker = tokio::spawn(work(shop.clone(), terms.clone(), queue.clone()));

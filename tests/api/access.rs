@@ -96,18 +96,26 @@ async fn a_client_flooding_connections_and_streams_leaves_room_for_everyone_else
         "{answer}"
     );
 
-    // Idle sockets up to the client's cap, then every further one refused and closed.
-    for _ in held.len()..10 {
-        held.push(connect_from(flooder, &app.base_url).await);
+    // Sockets up to the client's cap, each known to be held once the server answers on it
+    // (the refused stream's slot comes back just after its close: a socket refused for
+    // that is simply opened again).
+    let mut refusals = 0;
+    while held.len() < 10 {
+        let mut socket = connect_from(flooder, &app.base_url).await;
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut status = [0u8; 12];
+        socket.read_exact(&mut status).await.unwrap();
+        if &status == b"HTTP/1.1 200" {
+            held.push(socket);
+        } else {
+            refusals += 1;
+            assert!(refusals < 50, "the flooder never got its tenth socket");
+        }
     }
-    // The last one counted once the server answers on it (accepts are in order).
-    let last = held.last_mut().unwrap();
-    last.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut first = [0u8; 12];
-    last.read_exact(&mut first).await.unwrap();
-    assert_eq!(&first, b"HTTP/1.1 200");
+    // Every further one refused and closed.
     for _ in 0..5 {
         let mut extra = connect_from(flooder, &app.base_url).await;
         let answer = read_until_closed(&mut extra).await;
@@ -241,6 +249,7 @@ async fn a_crowd_reading_the_public_views_costs_zookeeper_one_read_per_view() {
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
+    let before = scrape(base).await;
     let asks = (0..800).map(|i| {
         let (client, url) = (client.clone(), format!("{base}{}", paths[i % paths.len()]));
         async move { client.get(url).send().await.unwrap().status() }
@@ -255,6 +264,14 @@ async fn a_crowd_reading_the_public_views_costs_zookeeper_one_read_per_view() {
             .collect::<Vec<_>>()
     );
     let metrics = scrape(base).await;
+    // /readyz asks ZooKeeper nothing (it reads the session's state): no `exists` probe, the
+    // one operation nothing else here sends.
+    let exists = "seckill_zk_operations_total{op=\"exists\"}";
+    assert_eq!(
+        metrics.get(exists).copied().unwrap_or(0.0),
+        before.get(exists).copied().unwrap_or(0.0),
+        "200 readiness probes"
+    );
     for view in ["lock", "terms_lock", "semaphore"] {
         let series = format!("seckill_view_refreshes_total{{view=\"{view}\"}}");
         assert_eq!(

@@ -69,7 +69,7 @@ def peak_rss_mib(pid):
 class Instances:
     """N seckill processes on 127.0.0.1 with a database of their own."""
 
-    def __init__(self, n, run_id):
+    def __init__(self, n, run_id, binary=SECKILL, base_port=BASE_PORT):
         self.db = f"seckill_bench_{run_id}_{n}"
         subprocess.run(["runuser", "-u", "postgres", "--", "createdb", "-p", PG_PORT,
                         "-O", "seckill", self.db], check=True)
@@ -77,9 +77,9 @@ class Instances:
         db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + self.db
         self.procs, self.urls = [], []
         for i in range(n):
-            addr = f"127.0.0.1:{BASE_PORT + i}"
+            addr = f"127.0.0.1:{base_port + i}"
             self.procs.append(subprocess.Popen(
-                [str(SECKILL), "--listen", addr, "--database-url", db_url,
+                [str(binary), "--listen", addr, "--database-url", db_url,
                  "--zk", os.environ["SECKILL_ZK"], "--zk-root", f"/seckill-bench/{run_id}-{n}",
                  "--admin-token", self.token, "--instance", f"bench-{i}",
                  # ZooKeeper closed, as deployed; every connection is the generator's, one

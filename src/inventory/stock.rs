@@ -167,13 +167,18 @@ pub async fn read_stock(
         r#"SELECT p.stock, p.stocked_total,
                 (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
-                (SELECT array_agg(h.user_id ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($4)) AS users,
-                (SELECT array_agg(h.units ORDER BY h.user_id) FROM purchases h
-                 WHERE h.product_id = p.id AND h.user_id = ANY($4)) AS units,
+                h.users, h.units,
                 p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
                 p.terms_version
          FROM products p
+         -- One index probe per buyer (product, user): never a scan of every buyer of the
+         -- product, which grows with the sale (a plan that filtered the product's holdings
+         -- by `user_id = ANY(...)` made each lock cycle slower than the last).
+         CROSS JOIN LATERAL (
+            SELECT array_agg(h.user_id) AS users, array_agg(h.units) AS units
+            FROM unnest($4::TEXT[]) AS b(user_id)
+            JOIN purchases h ON h.product_id = p.id AND h.user_id = b.user_id
+         ) h
          WHERE p.id = $1
            AND (($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))"#,
         product_id,

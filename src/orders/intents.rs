@@ -2,11 +2,14 @@
 //! its outcome NULL (pending) until the provider's answer is recorded. Its `key` is the one
 //! the provider sees; `payments` holds at most one row per key, so one per charge.
 
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::model::{Order, OrderStatus};
-use crate::payment::Charge;
+use super::recorder::Answered;
 
 /// Claims a reservation for payment (`reserved` → `paying`, only while it runs) and writes
 /// its intent, in one statement. `None` if it was not payable.
@@ -34,46 +37,64 @@ pub(super) async fn claim_for_payment(
     .await
 }
 
-/// Records the provider's answer on the intent (inserted if it is missing) and, for a
-/// succeeded charge, moves the order `paying` → `paid`, in one statement. Returns the order
-/// if this moved it. An intent already settled is left as it is: the provider gives one
-/// answer per key, so a second record says the same.
-pub(super) async fn record_payment(
+/// Records providers' answers on their intents (inserted if missing) and, for a succeeded
+/// charge, moves the order `paying` → `paid`, in one statement for them all. Returns, per
+/// answer in order, the order if this moved it. An intent already settled is left as it is:
+/// the provider gives one answer per key, so a second record says the same. Keys must be
+/// distinct (see `recorder::take`).
+pub(super) async fn record_payments(
     db: &PgPool,
-    order: &Order,
-    key: &str,
-    charge: &Charge,
-) -> Result<Option<Order>, sqlx::Error> {
-    let outcome = if charge.approved() {
-        "succeeded"
-    } else {
-        "failed"
-    };
-    sqlx::query_as!(
+    answers: &[Answered],
+) -> Result<Vec<Option<Order>>, sqlx::Error> {
+    let ids: Vec<Uuid> = answers.iter().map(|a| a.order.id).collect();
+    let keys: Vec<&str> = answers.iter().map(|a| a.key.as_str()).collect();
+    let amounts: Vec<i64> = answers.iter().map(|a| a.order.amount_cents).collect();
+    let outcomes: Vec<&str> = answers
+        .iter()
+        .map(|a| match a.charge.approved() {
+            true => "succeeded",
+            false => "failed",
+        })
+        .collect();
+    let refs: Vec<&str> = answers
+        .iter()
+        .map(|a| a.charge.reference.as_str())
+        .collect();
+    let started: Vec<DateTime<Utc>> = answers.iter().map(|a| a.charge.started_at).collect();
+    let ended: Vec<DateTime<Utc>> = answers.iter().map(|a| a.charge.ended_at).collect();
+    let paid = sqlx::query_as!(
         Order,
-        "WITH p AS (
+        "WITH t AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+                                 $6::timestamptz[], $7::timestamptz[])
+                   AS t(order_id, key, amount, outcome, provider_ref, started_at, ended_at)
+         ), p AS (
             INSERT INTO payments (order_id, key, amount_cents, outcome, provider_ref,
                                   started_at, ended_at, settled_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+            SELECT order_id, key, amount, outcome, provider_ref, started_at, ended_at, now()
+            FROM t
             ON CONFLICT (key) DO UPDATE
             SET outcome = EXCLUDED.outcome, provider_ref = EXCLUDED.provider_ref,
                 started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
                 settled_at = now()
             WHERE payments.outcome IS NULL
          )
-         UPDATE orders SET status = 'paid', updated_at = now()
-         WHERE id = $1 AND status = 'paying' AND $4 = 'succeeded'
-         RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
-        order.id,
-        key,
-        order.amount_cents,
-        outcome,
-        charge.reference,
-        charge.started_at,
-        charge.ended_at
+         UPDATE orders o SET status = 'paid', updated_at = now()
+         FROM t
+         WHERE o.id = t.order_id AND o.status = 'paying' AND t.outcome = 'succeeded'
+         RETURNING o.id AS \"id!\", o.product_id AS \"product_id!\", o.user_id AS \"user_id!\", o.quantity AS \"quantity!\", o.amount_cents AS \"amount_cents!\", o.status AS \"status!: OrderStatus\", o.fence, o.lock_wait_ms, o.batch_size, o.failure, o.expires_at, o.created_at AS \"created_at!\", o.updated_at AS \"updated_at!\"",
+        &ids,
+        &keys as _,
+        &amounts,
+        &outcomes as _,
+        &refs as _,
+        &started,
+        &ended
     )
-    .fetch_optional(db)
-    .await
+    .fetch_all(db)
+    .await?;
+    let mut paid: HashMap<Uuid, Order> = paid.into_iter().map(|o| (o.id, o)).collect();
+    Ok(ids.iter().map(|id| paid.remove(id)).collect())
 }
 
 /// Gives an order whose charge was never sent back to its reservation (`paying` →

@@ -30,6 +30,7 @@
 //! - [`cycle`]: one lock cycle, from the entered guard to every order's answer.
 //! - [`batch`]: one lock cycle's decisions and writes.
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
+//! - [`recorder`]: the providers' answers, recorded many to a statement.
 //! - [`sweep`]: the background pass that expires reservations and settles stale payments.
 //! - [`store`]: the order's SQL; `intents`: the payment intents' SQL.
 
@@ -40,6 +41,7 @@ mod intents;
 mod model;
 mod pay;
 mod place;
+mod recorder;
 pub mod request;
 pub mod shop;
 pub mod store;

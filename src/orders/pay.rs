@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::intents;
 use super::model::{Answer, Order, OrderStatus};
+use super::recorder::Answered;
 use super::shop::Shop;
 use super::store::{self, advance};
 use crate::error::Error;
@@ -187,15 +188,19 @@ pub(super) async fn record(
     let answer_by = deadline - ANSWER_MARGIN;
     let recorded = loop {
         let left = answer_by.saturating_duration_since(Instant::now());
-        let attempt =
-            tokio::time::timeout(left, intents::record_payment(&shop.db, order, &key, charge));
+        let answered = Answered {
+            order: order.clone(),
+            key: key.clone(),
+            charge: charge.clone(),
+        };
+        let attempt = tokio::time::timeout(left, shop.recorder.record(answered));
         match attempt.await {
             Ok(Err(e)) if Instant::now() + pause < answer_by => {
                 tracing::warn!(order = %order.id, error = %e, "recording a payment failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
-            Ok(done) => break done.map_err(anyhow::Error::from),
+            Ok(done) => break done.map_err(|e| anyhow!("{e}")),
             Err(_) => break Err(anyhow!("no database answer before the deadline")),
         }
     };

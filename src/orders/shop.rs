@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::combiner::Combiner;
 use super::model::{Answer, Order};
+use super::recorder::Recorder;
 use super::store;
 use crate::config::Config;
 use crate::error::Error;
@@ -69,6 +70,8 @@ pub struct Shop {
     /// Live updates for the teaching page (a sold-out flag is news).
     pub(super) events: Events,
     pub(super) payment: Provider,
+    /// Writes the provider's answers, many to a statement.
+    pub(super) recorder: Recorder,
     /// Every task that carries orders (order tasks, lock cycles, payments): shutdown waits
     /// for them before it closes the database pool under them.
     pub(super) tasks: TaskTracker,
@@ -90,6 +93,7 @@ impl Shop {
         teaching: &Teaching,
         rules: Rules,
     ) -> Shop {
+        let recorder = Recorder::new(db.clone());
         Shop {
             db,
             zk,
@@ -98,6 +102,7 @@ impl Shop {
             sold_out,
             events,
             payment,
+            recorder,
             tasks,
             teaching: teaching.on_sale_path().then(|| teaching.clone()),
             rules,

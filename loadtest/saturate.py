@@ -1,0 +1,326 @@
+"""Saturation with a light generator, and what each paid order costs in CPU.
+
+Run by loadtest/bench (which installs wrk, starts PostgreSQL, ZooKeeper and a payment
+provider, and builds the release binaries); `loadtest/bench --saturation-only` runs just this.
+
+A closed loop of keep-alive connections from wrk (a C generator: a few µs of CPU per request,
+where k6 spends many times that), spread over 3 instances, one wrk per instance. Each row
+reads, from /proc, the CPU time every process of the sale spent during it — the instances,
+PostgreSQL (every backend, the provider's ledger included), ZooKeeper, the provider, the
+generator — and divides by the paid orders: CPU µs per paid order, per part. It also reads
+ZooKeeper's zxid (writes), the instances' peak RSS, and audits every product (0 oversold,
+consistent, every 201 a unit sold).
+
+Everything here talks to 127.0.0.1 only; each wrk run is bounded in time (-d) and the rows
+are a fixed list.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (its Instances and helpers)
+
+ROOT = bench.ROOT
+RESULTS = bench.RESULTS
+TICK = os.sysconf("SC_CLK_TCK")
+
+# (label, guard, batch_max, hot products, connections per instance)
+ROWS = [
+    ("pg-atomic batched", "pg-atomic", 256, 1, 100),
+    ("zk batched", "zk", 256, 1, 100),
+    ("zk batched", "zk", 256, 10, 100),
+    ("zk batched", "zk", 256, 100, 100),
+    ("pg-atomic batched", "pg-atomic", 256, 10, 100),
+    # Overload: far more connections than the sale needs (4,000 in all): goodput, refusals,
+    # and memory with every connection open.
+    ("zk batched, 4,000 connections", "zk", 256, 1, 1334),
+]
+
+
+def pids_matching(pattern):
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def cpu_ticks(pids):
+    """utime + stime (+ reaped children's) of every pid still alive, by pid."""
+    ticks = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields 14-17 of stat(5), counted after the command's closing parenthesis.
+        ticks[pid] = sum(int(f) for f in fields[11:15])
+    return ticks
+
+
+class Parts:
+    """The processes whose CPU a row reads: pids found anew each time (PostgreSQL starts a
+    backend per new connection)."""
+
+    def __init__(self, instances, provider_pid):
+        self.instances = [p.pid for p in instances.procs]
+        self.provider = [provider_pid]
+
+    def snapshot(self):
+        # A backend's title names its database: the provider's ledger (a database whose name
+        # says so) is the provider's cost, as a real gateway's database would be its own.
+        postgres, ledger = [], []
+        for pid in pids_matching(r"^postgres|postgres: "):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_text()
+            except OSError:
+                continue
+            (ledger if "ledger" in title else postgres).append(pid)
+        zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "service": cpu_ticks(self.instances),
+            "postgresql": cpu_ticks(postgres),
+            "zookeeper": cpu_ticks(zookeeper),
+            "provider": cpu_ticks(self.provider),
+            "ledger": cpu_ticks(ledger),
+            "generator": (children.ru_utime + children.ru_stime) * TICK,
+        }
+
+
+def spent_us(before, after):
+    """CPU µs per part between two snapshots (a process new since `before` counts whole)."""
+    out = {}
+    for part, now in after.items():
+        if part == "generator":
+            out[part] = (now - before[part]) / TICK * 1e6
+        else:
+            then = before[part]
+            out[part] = sum(t - then.get(pid, 0) for pid, t in now.items()) / TICK * 1e6
+    return out
+
+
+def wrk(urls, products, connections, seconds, tag):
+    """One wrk per instance, side by side; returns their summed counts and worst latencies."""
+    env = {**os.environ, "PRODUCTS": ",".join(map(str, products))}
+    procs = []
+    for i, url in enumerate(urls):
+        procs.append(subprocess.Popen(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s",
+             "-s", os.environ.get("LUA", str(ROOT / "loadtest" / "orders.lua")), url],
+            env={**env, "RUN": f"{tag}-{i}"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    runs = []
+    for p in procs:
+        out, err = p.communicate(timeout=seconds + 120)
+        line = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if not line:
+            raise SystemExit(f"wrk printed no summary: {out}\n{err}")
+        runs.append(json.loads(line[-1]))
+    total = {k: sum(r[k] for r in runs) for k in ("created", "refused", "other", "requests",
+                                                   "errors")}
+    total["seconds"] = max(r["seconds"] for r in runs)
+    total["p50_ms"] = max(r["p50_us"] for r in runs) / 1000
+    total["p99_ms"] = max(r["p99_us"] for r in runs) / 1000
+    return total
+
+
+def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
+    products = [inst.product(guard, batch) for _ in range(hot)]
+    # A short warm-up: pools filled, lock nodes' parents made, caches loaded.
+    warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm")
+    zk_before = bench.zk_zxid(os.environ["SECKILL_ZK"])
+    before = parts.snapshot()
+    counts = wrk(inst.urls, products, connections, seconds, run_id)
+    after = parts.snapshot()
+    zk_writes = bench.zk_zxid(os.environ["SECKILL_ZK"]) - zk_before
+    audits = [inst.audit(p) for p in products]
+    sold = sum(a["sold"] for a in audits)
+    paid = counts["created"]
+    cpu = spent_us(before, after)
+    per_paid = {part: us / max(paid, 1) for part, us in cpu.items()}
+    # wrk stops at its deadline with requests in flight: those may have sold a unit whose
+    # 201 nobody read (at most one per connection, warm-up's and run's). Every 201 read is a
+    # unit sold, and no more units sold than that allows.
+    in_flight = connections * len(inst.urls)
+    answered = paid + warm["created"]
+    unread = in_flight + min(connections, 100) * len(inst.urls)
+    exact = (all(a["oversold"] == 0 and a["consistent"] for a in audits)
+             and answered <= sold <= answered + unread)
+    result = {
+        "label": label, "guard": guard, "batch_max": batch, "hot": hot,
+        "connections": in_flight, "seconds": counts["seconds"], "paid": paid,
+        "paid_per_s": paid / counts["seconds"], "refused": counts["refused"],
+        "other": counts["other"], "errors": counts["errors"], "requests": counts["requests"],
+        "p50_ms": counts["p50_ms"], "p99_ms": counts["p99_ms"],
+        "zk_writes": zk_writes, "zk_writes_per_paid": zk_writes / max(paid, 1),
+        "cpu_us": cpu, "cpu_us_per_paid": per_paid, "units_sold": sold, "exact": exact,
+        "peak_rss_mib": inst.peak_rss(),
+    }
+    bench.log(f"{label:30} hot {hot:3}: {result['paid_per_s']:7.0f} paid/s, p99 "
+              f"{result['p99_ms']:6.1f} ms, CPU µs/paid: " + ", ".join(
+                  f"{k} {v:.1f}" for k, v in per_paid.items()) +
+              f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}")
+    return result
+
+
+def psql(sql, db="postgres"):
+    return subprocess.run(["runuser", "-u", "postgres", "--", "psql", "-p", bench.PG_PORT, "-d",
+                           db, "-tAF", "\t", "-c", sql], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def profile(inst, seconds, run_id):
+    """zk batched, 1 hot product, once more with the profilers on: a flame graph of instance
+    0 (perf, software clock: this machine has no hardware counters) and PostgreSQL's own
+    count of every statement (pg_stat_statements) per paid order."""
+    db = inst.db
+    psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db)
+    products = [inst.product("zk", 256)]
+    wrk(inst.urls, products, 100, 1, f"{run_id}-warm")
+    psql("SELECT pg_stat_statements_reset()", db)
+    data = RESULTS / "profile.perf.data"
+    perf = subprocess.Popen(
+        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "199", "--call-graph", "dwarf,16384",
+         "-p", str(inst.procs[0].pid), "-o", str(data), "--", "sleep", str(seconds)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-profile")
+    perf.wait(timeout=120)
+    paid = max(counts["created"], 1)
+    rows = psql(
+        "SELECT d.datname, s.calls, s.total_exec_time, s.rows, "
+        "regexp_replace(left(s.query, 160), '\\s+', ' ', 'g') FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid ORDER BY s.total_exec_time DESC LIMIT 20", db)
+    statements = []
+    for line in rows.splitlines():
+        name, calls, total_ms, nrows, query = line.split("\t", 4)
+        statements.append({"database": name, "calls": int(calls),
+                           "calls_per_paid": int(calls) / paid,
+                           "us_per_paid": float(total_ms) * 1000 / paid,
+                           "rows": int(nrows), "query": query})
+    script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
+                            text=True).stdout
+    subprocess.run([sys.executable, str(ROOT / "loadtest" / "flame.py"),
+                    f"seckill instance at saturation (zk batched, 1 hot product), {run_id}",
+                    str(RESULTS / "flame.svg"), str(RESULTS / "flame.folded")],
+                   input=script, text=True, check=True)
+    data.unlink(missing_ok=True)
+    bench.log(f"profile: {counts['created'] / counts['seconds']:.0f} paid/s under perf; "
+              "flame graph in loadtest/results/flame.svg")
+    return {"paid": counts["created"], "seconds": counts["seconds"], "statements": statements}
+
+
+def main():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="2 s rows: checks the bench")
+    parser.add_argument("--provider-pid", type=int, required=True)
+    parser.add_argument("--baseline", help="another seckill binary (an older commit's): each "
+                        "row runs on it too, right after ours, for ratios from one run")
+    args = parser.parse_args()
+    seconds = 2 if args.quick else args.seconds
+    run_id = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    builds = [("this", bench.SECKILL, bench.BASE_PORT)]
+    if args.baseline:
+        builds.append(("baseline", Path(args.baseline), bench.BASE_PORT + 10))
+    fleets = {}
+    rows = []
+    try:
+        for name, binary, port in builds:
+            fleets[name] = bench.Instances(3, f"sat{run_id}{name[0]}", binary, port)
+        for i, (label, guard, batch, hot, conns) in enumerate(ROWS):
+            for name, _, _ in builds:
+                inst = fleets[name]
+                result = row(inst, Parts(inst, args.provider_pid), label, guard, batch, hot,
+                             conns, seconds, f"{run_id}-{i}{name[0]}")
+                result["build"] = name
+                rows.append(result)
+        rss = {name: inst.peak_rss() for name, inst in fleets.items()}
+        prof = None if args.quick else profile(fleets["this"], seconds, run_id)
+    finally:
+        for inst in fleets.values():
+            inst.stop()
+    results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
+               "peak_rss_mib": rss, "profile": prof, "baseline": args.baseline,
+               "machine": {"cores": os.cpu_count()}}
+    (RESULTS / "saturation.json").write_text(json.dumps(results, indent=1))
+    (RESULTS / "saturation.md").write_text(markdown(results))
+    print(markdown(results))
+    if not all(r["exact"] for r in rows):
+        raise SystemExit("a saturation row was not exact: see loadtest/results/saturation.md")
+
+
+def ours(cpu):
+    """The sale's own CPU: the service, its PostgreSQL and ZooKeeper."""
+    return cpu["service"] + cpu["postgresql"] + cpu["zookeeper"]
+
+
+def markdown(r):
+    fmt = lambda x, d=0: f"{x:,.{d}f}".replace(",", " ")
+    builds = sorted({x["build"] for x in r["rows"]}, key=lambda b: b != "this")
+    out = [f"# seckill saturation ({r['run']}{', quick: not for figures' if r['quick'] else ''})",
+           "", f"{r['machine']['cores']} cores; 3 instances, PostgreSQL, ZooKeeper, the payment "
+           f"provider and wrk on one machine; a closed loop of keep-alive connections "
+           f"(`loadtest/orders.lua`), {r['seconds']} s per row, every order a new buyer, paid "
+           "through the provider. CPU from /proc, per paid order; PostgreSQL's backends for the "
+           "provider's ledger are counted apart (a real gateway's database is not ours)."]
+    if r.get("baseline"):
+        out += ["", "Each row ran twice, side by side: **this** build, then the **baseline** "
+                f"(`{Path(r['baseline']).name}`, an older commit's build) on a fleet of its own."]
+    out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
+            "p99 (ms) | refused | CPU µs / paid: service | PostgreSQL | ZooKeeper | "
+            "service + PostgreSQL + ZooKeeper | provider | its ledger | wrk | ZK writes / paid | "
+            "exact |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        c = x["cpu_us_per_paid"]
+        out.append(
+            f"| {x['build']} | {x['label']} | {x['hot']} | {fmt(x['connections'])} | "
+            f"{fmt(x['paid_per_s'])} | {fmt(x['p50_ms'], 1)} | {fmt(x['p99_ms'], 1)} | "
+            f"{fmt(x['refused'])} | {fmt(c['service'], 1)} | {fmt(c['postgresql'], 1)} | "
+            f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
+            f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
+            f"{'yes' if x['exact'] else '**NO**'} |")
+    out += ["", "Peak RSS per instance (after the 4,000-connection row): " + ", ".join(
+        f"{b} {fmt(v, 1)} MiB" for b, v in r["peak_rss_mib"].items()), ""]
+    for b in builds:
+        rows = [x for x in r["rows"] if x["build"] == b]
+        one = next(x for x in rows if x["label"] == "zk batched" and x["hot"] == 1)
+        for x in rows:
+            if x["label"] == "zk batched" and x["hot"] > 1:
+                out.append(f"- {b}: {x['hot']} hot products at {x['paid_per_s'] / one['paid_per_s']:.0%} "
+                           "of one hot product's rate (zk batched)")
+        over = next(x for x in rows if x["connections"] >= 4000)
+        out.append(f"- {b}: {fmt(over['connections'])} connections at "
+                   f"{over['paid_per_s'] / one['paid_per_s']:.0%} of the 300-connection rate; "
+                   f"{fmt(over['refused'])} refused")
+    if len(builds) == 2:
+        out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
+                "order of the service, PostgreSQL and ZooKeeper):", ""]
+        this = [x for x in r["rows"] if x["build"] == "this"]
+        base = [x for x in r["rows"] if x["build"] == "baseline"]
+        for a, b in zip(this, base):
+            out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
+                       f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
+                       "the CPU per paid order")
+    if r.get("profile"):
+        out += ["", "## Profile (this build, zk batched, 1 hot product, one more run with the "
+                "profilers on)", "", "Flame graph of instance 0: [flame.svg](flame.svg) (perf, "
+                "software clock). PostgreSQL's statements per paid order (pg_stat_statements, "
+                "the ledger's too; "
+                "execution time is wall time, queueing for the CPU included):", "",
+                "| database | calls / paid | exec µs / paid | statement |", "|---|---|---|---|"]
+        for st in r["profile"]["statements"]:
+            q = st["query"].replace("|", "\\|")
+            out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
+                       f"{st['us_per_paid']:.1f} | `{q}` |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()

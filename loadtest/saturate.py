@@ -234,7 +234,8 @@ def main():
         for name, binary, port in builds:
             fleets[name] = bench.Instances(3, f"sat{run_id}{name[0]}", binary, port)
         for i, (label, guard, batch, hot, conns) in enumerate(ROWS):
-            for name, _, _ in builds:
+            # Which build goes first alternates: neither always meets a colder ZooKeeper.
+            for name, _, _ in (builds if i % 2 == 0 else builds[::-1]):
                 inst = fleets[name]
                 result = row(inst, Parts(inst, args.provider_pid), label, guard, batch, hot,
                              conns, seconds, f"{run_id}-{i}{name[0]}")
@@ -270,8 +271,9 @@ def markdown(r):
            "through the provider. CPU from /proc, per paid order; PostgreSQL's backends for the "
            "provider's ledger are counted apart (a real gateway's database is not ours)."]
     if r.get("baseline"):
-        out += ["", "Each row ran twice, side by side: **this** build, then the **baseline** "
-                f"(`{Path(r['baseline']).name}`, an older commit's build) on a fleet of its own."]
+        out += ["", "Each row ran twice, side by side: **this** build and the **baseline** "
+                f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, which first "
+                "alternating row by row."]
     out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
             "p99 (ms) | refused | CPU µs / paid: service | PostgreSQL | ZooKeeper | "
             "service + PostgreSQL + ZooKeeper | provider | its ledger | wrk | ZK writes / paid | "
@@ -303,8 +305,8 @@ def markdown(r):
         out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
                 "order of the service, PostgreSQL and ZooKeeper):", ""]
         this = [x for x in r["rows"] if x["build"] == "this"]
-        base = [x for x in r["rows"] if x["build"] == "baseline"]
-        for a, b in zip(this, base):
+        base = {(x["label"], x["hot"]): x for x in r["rows"] if x["build"] == "baseline"}
+        for a, b in ((a, base[(a["label"], a["hot"])]) for a in this):
             out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
                        f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
                        "the CPU per paid order")

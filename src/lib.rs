@@ -22,6 +22,8 @@
 //! - [`lock`]: the ZooKeeper session, the fair, fenced per-product lock, and Curator's other
 //!   recipes (semaphore, read-write lock, reentrancy).
 //! - [`error`]: the domain's one error type (no HTTP in it).
+//! - [`group`]: group writes (many small writes, one statement), for payment answers and
+//!   the provider's ledger.
 //! - [`integer`]: request integers as JSON Schema counts them (`3.0` is `3`).
 //! - [`telemetry`]: log lines (text or JSON, with request ids) and the Prometheus metrics.
 //! - [`config`]: flags and environment, parsed once.
@@ -33,6 +35,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod flags;
+pub mod group;
 pub mod http;
 pub mod idempotency;
 pub mod integer;

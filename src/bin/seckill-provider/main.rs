@@ -57,6 +57,8 @@ struct Config {
 #[derive(Clone)]
 struct AppState {
     db: PgPool,
+    /// Charges are written through it, many to a statement.
+    ledger: ledger::Ledger,
     settings: Arc<Settings>,
     test_controls: bool,
 }
@@ -81,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("migrating the ledger")?;
     let state = AppState {
+        ledger: ledger::ledger(db.clone()),
         db,
         settings: Arc::new(Settings::new(config.faults)),
         test_controls: config.test_controls,
@@ -155,7 +158,14 @@ async fn charge(
     if !plan.latency.is_zero() {
         tokio::time::sleep(plan.latency).await;
     }
-    let charged = ledger::charge(&state.db, &key, new.amount_cents, plan.decline, started_at).await;
+    let charged = ledger::charge(
+        &state.ledger,
+        &key,
+        new.amount_cents,
+        plan.decline,
+        started_at,
+    )
+    .await;
     let charge = match charged {
         Ok(Some(charge)) => charge,
         Ok(None) => {

@@ -272,8 +272,8 @@ def markdown(r):
            "provider's ledger are counted apart (a real gateway's database is not ours)."]
     if r.get("baseline"):
         out += ["", "Each row ran twice, side by side: **this** build and the **baseline** "
-                f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, which first "
-                "alternating row by row."]
+                f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, the one to "
+                "go first alternating row by row."]
     out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
             "p99 (ms) | refused | CPU µs / paid: service | PostgreSQL | ZooKeeper | "
             "service + PostgreSQL + ZooKeeper | provider | its ledger | wrk | ZK writes / paid | "
@@ -325,4 +325,7 @@ def markdown(r):
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--report"]:  # redraw saturation.md from saturation.json
+        print(markdown(json.loads((RESULTS / "saturation.json").read_text())), end="")
+    else:
+        main()

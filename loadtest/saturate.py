@@ -305,9 +305,11 @@ def markdown(r):
                            "of one hot product's rate (zk batched)")
         over = next((x for x in rows if x["connections"] >= 4000), None)
         if over and one:
+            per_request = over["cpu_us"]["service"] / max(over["requests"], 1)
             out.append(f"- {b}: {fmt(over['connections'])} connections at "
-                   f"{over['paid_per_s'] / one['paid_per_s']:.0%} of the 300-connection rate; "
-                   f"{fmt(over['refused'])} refused")
+                       f"{over['paid_per_s'] / one['paid_per_s']:.0%} of the 300-connection "
+                       f"rate; {fmt(over['refused'])} refused; {fmt(per_request, 1)} µs of "
+                       "service CPU per request answered")
     if len(builds) == 2:
         out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
                 "order of the service, PostgreSQL and ZooKeeper):", ""]

@@ -9,7 +9,15 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::model::{Order, OrderStatus};
-use super::recorder::Answered;
+use crate::payment::Charge;
+
+/// One answer to record: the order, its intent's key and the provider's charge.
+#[derive(Clone)]
+pub(super) struct Answered {
+    pub order: Order,
+    pub key: String,
+    pub charge: Charge,
+}
 
 /// Claims a reservation for payment (`reserved` → `paying`, only while it runs) and writes
 /// its intent, in one statement. `None` if it was not payable.

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::intents;
+use super::intents::Answered;
 use super::model::{Answer, Order, OrderStatus};
-use super::recorder::Answered;
 use super::shop::Shop;
 use super::store::{self, advance};
 use crate::error::Error;

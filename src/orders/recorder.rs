@@ -7,21 +7,12 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use super::intents;
+use super::intents::{self, Answered};
 use super::model::Order;
 use crate::group::{GroupWriter, WriteGroup, Written};
-use crate::payment::Charge;
 
 /// At most this many answers in one statement (the arrays of one `unnest`).
 const GROUP_MAX: usize = 512;
-
-/// One answer to record: the order, its intent's key and the provider's charge.
-#[derive(Clone)]
-pub(super) struct Answered {
-    pub order: Order,
-    pub key: String,
-    pub charge: Charge,
-}
 
 #[derive(Clone)]
 pub struct Recorder {

@@ -49,6 +49,11 @@ function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) 
       '--stock-think-ms', '20',
       // The payment semaphore the lock lab draws: every instance must agree on N.
       '--payment-concurrency', '2',
+      // A step-through's waiting orders live as long as their requests (its lock timeout is
+      // the request's): on a busy machine three Nexts and the page's redraws took longer
+      // than the default 15 s, the waiters left, and the wake-ups the test counts with them.
+      '--request-timeout-ms', '60000',
+      '--shutdown-grace-ms', '62000',
       '--static-dir', join(here, '..', '..', 'static'),
       '--instance', instance,
     ],

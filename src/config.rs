@@ -104,7 +104,7 @@ pub struct Config {
     /// `X-Forwarded-For` / `X-Real-IP` name the client. Only for these peers: from anyone
     /// else the headers are ignored, or a client could pose as many.
     #[arg(long = "trusted-proxy", env = "SECKILL_TRUSTED_PROXY", value_delimiter = ',',
-          value_parser = crate::http::client::parse_trusted)]
+          value_parser = parse_trusted)]
     pub trusted_proxy: Vec<ipnet::IpNet>,
 
     /// A client must send a request's headers within this long, which also closes a
@@ -251,6 +251,13 @@ pub const MIN_ADMIN_TOKEN: usize = 16;
 
 /// A short token can be guessed, and an empty one (`SECKILL_ADMIN_TOKEN=` left blank) could
 /// never match: both are refused at start rather than run an admin API nobody meant.
+/// `--trusted-proxy`: an address or a CIDR block.
+pub fn parse_trusted(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not an address or a CIDR block like 10.0.0.0/8"))
+}
+
 fn parse_admin_token(s: &str) -> Result<String, String> {
     if s.len() < MIN_ADMIN_TOKEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!(

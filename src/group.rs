@@ -177,6 +177,16 @@ mod tests {
         assert!(pending.is_empty());
     }
 
+    /// Waits for a state the test can see, for 10 s at most.
+    async fn until(seen: impl Fn() -> bool) {
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while !seen() {
+                tokio::task::yield_now().await;
+            }
+        });
+        waited.await.expect("the state the test waits for");
+    }
+
     #[tokio::test]
     async fn items_that_arrive_while_a_statement_runs_share_the_next() {
         let (gate, opened) = tokio::sync::watch::channel(false);
@@ -197,9 +207,7 @@ mod tests {
             async move { writer.write("x".into()).await }
         });
         // Wait until the first item's writer runs (nothing pending), then queue three more.
-        while !writer.state().writing || !writer.state().pending.is_empty() {
-            tokio::task::yield_now().await;
-        }
+        until(|| writer.state().writing && writer.state().pending.is_empty()).await;
         let rest: Vec<_> = ["yy", "zzz", "yy"]
             .map(|item| {
                 let writer = writer.clone();
@@ -207,9 +215,7 @@ mod tests {
             })
             .into_iter()
             .collect();
-        while writer.state().pending.len() < 3 {
-            tokio::task::yield_now().await;
-        }
+        until(|| writer.state().pending.len() == 3).await;
         gate.send_replace(true);
         assert_eq!(first.await.unwrap().unwrap(), 1);
         let mut outcomes = Vec::new();

@@ -109,16 +109,10 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// `--trusted-proxy`: an address or a CIDR block.
-pub fn parse_trusted(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("{s:?} is not an address or a CIDR block like 10.0.0.0/8"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::parse_trusted;
 
     fn trusted(nets: &[&str]) -> TrustedProxies {
         TrustedProxies::new(nets.iter().map(|n| parse_trusted(n).unwrap()).collect())

@@ -18,8 +18,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::intents;
-use super::intents::Answered;
+use super::intents::{self, Answered};
 use super::model::{Answer, Order, OrderStatus};
 use super::shop::Shop;
 use super::store::{self, advance};

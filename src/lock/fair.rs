@@ -4,6 +4,7 @@
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode, Place};
+use super::Observer;
 use crate::telemetry::metrics;
 
 /// Waits until our node is first in `dir`: the node, its czxid (the fencing token), and how
@@ -13,7 +14,7 @@ pub(super) async fn acquire(
     dir: &str,
     instance: &str,
     acls: zk::Acls<'static>,
-    woke: &(dyn Fn() + Send + Sync),
+    observer: &Observer<'_>,
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let (own, name, token) =
         node::create_contender(client, dir, node::MUTEX, instance.as_bytes(), acls).await?;
@@ -43,9 +44,10 @@ pub(super) async fn acquire(
                 strays.push(name);
             }
             Ok((_, _, watcher)) => {
+                let watching = observer.watching();
                 watcher.changed().await;
                 wakeups += 1;
-                woke();
+                watching.woke();
             }
             Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => {}
             Err(e) => return Err(e),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
+use super::Observer;
 use crate::telemetry::metrics;
 
 /// Waits until we created the one node: the node, its czxid, and the wake-ups it cost.
@@ -16,7 +17,7 @@ pub(super) async fn acquire(
     dir: &str,
     instance: &str,
     acls: zk::Acls<'static>,
-    woke: &(dyn Fn() + Send + Sync),
+    observer: &Observer<'_>,
 ) -> Result<(OwnNode, i64, u64), zk::Error> {
     let path = format!("{dir}/lock");
     // Unique per contender, so a connection loss during create can tell whose node it is.
@@ -44,9 +45,10 @@ pub(super) async fn acquire(
                         return Err(zk::Error::NodeExists);
                     }
                     Ok((Some(_), watcher)) => {
+                        let watching = observer.watching();
                         watcher.changed().await;
                         wakeups += 1;
-                        woke();
+                        watching.woke();
                     }
                     Ok((None, _)) | Err(zk::Error::ConnectionLoss) => {}
                     Err(e) => return Err(e),

@@ -150,6 +150,10 @@ pub struct LockStats {
     pub wakeups: u64,
     /// Orders served under those acquisitions: `orders / acquisitions` per lock cycle.
     pub orders: u64,
+    /// Waiters of this instance whose watch is set right now. A release wakes only waiters
+    /// already watching (one who is between its create and its watch sees the lock free and
+    /// takes it unwoken), so the step-through waits for this before each Next.
+    pub watching: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +176,44 @@ impl LockError {
             LockError::Lost => "lost",
             LockError::TooBusy => "too_busy",
             LockError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+/// What a waiter tells its product's statistics: each watch while it is set, each wake as it
+/// happens (not when the lock is granted: the page shows a herd waking while its waiters
+/// still wait).
+/// Nobody's ([`Observer::NONE`]) for the recipes built on the fair lock (the semaphore's turns).
+pub(super) struct Observer<'a>(Option<(&'a Zk, i64)>);
+
+impl Observer<'_> {
+    pub(super) const NONE: Observer<'static> = Observer(None);
+
+    /// Call once the watch is set (its answer came back); the waiter counts as watching until
+    /// [`Watching::woke`] or until the wait is given up (the guard dropped).
+    fn watching(&self) -> Watching<'_> {
+        if let Some((zk, product_id)) = self.0 {
+            zk.count_watching(product_id, true);
+        }
+        Watching(self)
+    }
+}
+
+pub(super) struct Watching<'a>(&'a Observer<'a>);
+
+impl Watching<'_> {
+    /// The watch fired: one wake-up, and no longer watching.
+    fn woke(self) {
+        if let Some((zk, product_id)) = self.0 .0 {
+            zk.count_wake(product_id);
+        }
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        if let Some((zk, product_id)) = self.0 .0 {
+            zk.count_watching(product_id, false);
         }
     }
 }
@@ -218,6 +260,17 @@ impl Zk {
             .lock()
             .expect("woken poisoned")
             .insert(product_id);
+    }
+
+    /// Counts one waiter of the product's lock more (`up`) or less watching.
+    fn count_watching(&self, product_id: i64, up: bool) {
+        let mut stats = self.inner.stats.lock().expect("stats poisoned");
+        let watching = &mut stats.entry(product_id).or_default().watching;
+        *watching = if up {
+            *watching + 1
+        } else {
+            watching.saturating_sub(1)
+        };
     }
 
     /// Products whose waiters woke since the last call: their lock view has news even when
@@ -345,9 +398,7 @@ impl Zk {
         };
         let started = Instant::now();
         let instance = self.instance();
-        // Counted as each wake happens, not when the lock is granted: the page shows a herd
-        // waking while its waiters still wait.
-        let woke = || self.count_wake(product_id);
+        let woke = Observer(Some((self, product_id)));
         let acquire = async {
             // Always in the shared session: the demos' own sessions are for the stock lock.
             let terms = match for_sale {

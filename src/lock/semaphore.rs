@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
-use super::{fair, settle_wait, LockError, Zk};
+use super::{fair, settle_wait, LockError, Observer, Zk};
 use crate::telemetry::metrics;
 
 /// One of the semaphore's leases. Dropping it deletes its node (in the background), which
@@ -83,7 +83,8 @@ async fn acquire(
     acls: zk::Acls<'static>,
 ) -> Result<OwnNode, zk::Error> {
     // Held until we hold a lease (dropped on return): the others wait their turn behind it.
-    let (_turn, _, _) = fair::acquire(client, &format!("{dir}/locks"), data, acls, &|| {}).await?;
+    let (_turn, _, _) =
+        fair::acquire(client, &format!("{dir}/locks"), data, acls, &Observer::NONE).await?;
     let leases = format!("{dir}/leases");
     let (lease, name, _) =
         node::create_contender(client, &leases, node::LEASE, data.as_bytes(), acls).await?;

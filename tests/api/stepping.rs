@@ -66,6 +66,13 @@ async fn three_clicks(guard: &str, woken: [u64; 3]) {
     let before = wakeups(&view);
     let mut expected = before;
     for click in 1..=3u64 {
+        // A release wakes only the waiters already watching: one between its create and its
+        // watch would find the lock free and take it unwoken. Every waiter left must watch.
+        view = wait_until(Duration::from_secs(30), "every waiter watching", || async {
+            let view = lock_view(base, product).await;
+            (view["stats"]["watching"].as_u64() == Some(4 - click)).then_some(view)
+        })
+        .await;
         let holder = view["holder"]["token"].as_i64().unwrap();
         expected += woken[click as usize - 1];
         let next = step(base, product, "next").await;

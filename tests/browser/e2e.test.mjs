@@ -243,6 +243,17 @@ test('the zombie demo shows the fence rejecting the stale write', async () => {
 // is how many waiters each click must wake; the page shows each click's count (waited for),
 // and the instance's settled total must be exactly their sum (a lock that wakes more fails,
 // whenever the extra wakes come).
+async function watchingIs(id, n) {
+  const deadline = Date.now() + 15_000;
+  let view;
+  while (Date.now() < deadline) {
+    view = await (await fetch(`${a}/api/products/${id}/lock`)).json();
+    if (view.stats.watching === n) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`waited 15 s for ${n} waiters watching; the lock view: ${JSON.stringify(view)}`);
+}
+
 async function stepThrough(guard, woken, lang) {
   const id = await createProduct(a, 10, guard, 1);
   const page = await openPage(a);
@@ -264,6 +275,10 @@ async function stepThrough(guard, woken, lang) {
   }
   await page.screenshot({ path: join(shots, `step-${guard}-${lang}-frozen.png`), fullPage: true });
   for (let click = 1; click <= 3; click += 1) {
+    // A release wakes only waiters whose watch is set: one still between its create and its
+    // watch would find the lock free and take it unwoken. So each Next waits until every
+    // waiter left (3, 2, 1) is watching, as the instance counts them.
+    await watchingIs(id, 4 - click);
     await page.click('#step-next');
     await page.waitForFunction(
       ([c, n]) => {

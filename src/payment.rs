@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::telemetry::metrics;
@@ -29,7 +29,7 @@ pub struct Provider {
 
 /// The provider's answer to one charge: when it started and ended there, kept with the
 /// payment (a test checks `--payment-concurrency` with them).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Charge {
     /// `succeeded` or `declined`.
     status: String,
@@ -93,6 +93,41 @@ impl Provider {
             self.http.get(format!("{}/v1/charges/{key}", self.url))
         })
         .await
+    }
+
+    /// Whether the provider takes test controls (`seckill-provider --test-controls`): the
+    /// page's money demo changes its faults. A real gateway takes none.
+    pub async fn test_controls(&self) -> Result<(), String> {
+        self.settings(serde_json::json!({})).await
+    }
+
+    /// Test control: every charge under `key` is made and its answer lost, until
+    /// [`Provider::answer_again`].
+    pub async fn lose_answers(&self, key: &str) -> Result<(), String> {
+        self.settings(serde_json::json!({ "lose_answers_of": key }))
+            .await
+    }
+
+    /// Test control: charges under `key` are answered again.
+    pub async fn answer_again(&self, key: &str) -> Result<(), String> {
+        self.settings(serde_json::json!({ "answer_again": key }))
+            .await
+    }
+
+    async fn settings(&self, change: serde_json::Value) -> Result<(), String> {
+        let response = self
+            .http
+            .put(format!("{}/v1/settings", self.url))
+            .json(&change)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| format!("the payment provider did not answer: {e}"))?;
+        match response.status().as_u16() {
+            200 => Ok(()),
+            403 => Err("the payment provider takes no test controls (start seckill-provider with --test-controls)".into()),
+            status => Err(format!("the payment provider answered {status} to a test control")),
+        }
     }
 
     /// Sends the request until the provider answers with a charge (or says it has none),

@@ -12,6 +12,7 @@ mod events;
 mod health;
 mod limit;
 mod metrics;
+mod money;
 pub mod openapi;
 mod orders;
 mod products;
@@ -84,6 +85,7 @@ pub fn router(state: AppState) -> Router {
         .merge(orders::router(&state.config))
         .merge(products::router())
         .merge(recipes::router())
+        .merge(money::router())
         .merge(health::router())
         .merge(events::router(&state.config))
         .merge(metrics::router())

@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::CODES;
 use super::AppState;
-use super::{events, health, metrics, orders, products, recipes};
+use super::{events, health, metrics, money, orders, products, recipes};
 use crate::inventory;
 
 #[derive(OpenApi)]
@@ -43,6 +43,8 @@ use crate::inventory;
         recipes::terms_lab,
         recipes::semaphore,
         recipes::semaphore_lab,
+        money::lost_answer,
+        money::charge,
         events::events,
         health::healthz,
         health::readyz,

@@ -14,7 +14,7 @@ use super::{parse_id, Json, Path};
 use crate::config::Config;
 use crate::error::Error;
 use crate::idempotency::{self, Kept};
-use crate::orders::{Answer, NewOrder, Order};
+use crate::orders::{Answer, NewOrder, Order, Payment};
 
 /// The header that makes a `POST /orders` safe to retry.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -134,23 +134,35 @@ async fn pay(
     Ok(Json(order))
 }
 
-/// One order.
+/// An order and its payment, as `GET /orders/{id}` answers them.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct OrderWithPayment {
+    #[serde(flatten)]
+    order: Order,
+    /// Its payment intent and how it was settled; `null` for an order never sent to pay.
+    payment: Option<Payment>,
+}
+
+/// One order, with its payment.
 #[utoipa::path(get, path = "/orders/{id}", operation_id = "getOrder", tag = "orders",
     params(("id" = uuid::Uuid, Path, description = "The order's id")),
     responses(
-        (status = 200, description = "The order", body = Order),
+        (status = 200, description = "The order, with its payment intent (`pending`, then `succeeded` or `failed`) and who settled it (`answer` or `sweep`)", body = OrderWithPayment),
         (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
         (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
     ))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Order>, ApiError> {
+) -> Result<Json<OrderWithPayment>, ApiError> {
     let id = parse_id(&id, "order id")?;
     let order = state
         .shop
         .order(id)
         .await?
         .ok_or(ApiError::Domain(Error::OrderNotFound(id)))?;
-    Ok(Json(order))
+    // Read after the order: a payment settled in between shows settled on an order that
+    // says `paying`, never the other way round (the order moves with the intent's record).
+    let payment = state.shop.payment(id).await?;
+    Ok(Json(OrderWithPayment { order, payment }))
 }

@@ -8,15 +8,34 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::model::{Order, OrderStatus};
+use super::model::{Order, OrderStatus, Payment};
 use crate::payment::Charge;
 
-/// One answer to record: the order, its intent's key and the provider's charge.
+/// One answer to record: the order, its intent's key, the provider's charge, and who heard it.
 #[derive(Clone)]
 pub(super) struct Answered {
     pub order: Order,
     pub key: String,
     pub charge: Charge,
+    pub by: Settler,
+}
+
+/// Who learnt a charge's outcome (`payments.settled_by`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Settler {
+    /// The order's own attempt: the provider's answer came back to it.
+    Answer,
+    /// The sweep, asking the provider again under the same key after the answer was lost.
+    Sweep,
+}
+
+impl Settler {
+    fn as_str(self) -> &'static str {
+        match self {
+            Settler::Answer => "answer",
+            Settler::Sweep => "sweep",
+        }
+    }
 }
 
 /// Claims a reservation for payment (`reserved` → `paying`, only while it runs) and writes
@@ -70,21 +89,22 @@ pub(super) async fn record_payments(
         .collect();
     let started: Vec<DateTime<Utc>> = answers.iter().map(|a| a.charge.started_at).collect();
     let ended: Vec<DateTime<Utc>> = answers.iter().map(|a| a.charge.ended_at).collect();
+    let by: Vec<&str> = answers.iter().map(|a| a.by.as_str()).collect();
     let paid = sqlx::query_as!(
         Order,
         "WITH t AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],
-                                 $6::timestamptz[], $7::timestamptz[])
-                   AS t(order_id, key, amount, outcome, provider_ref, started_at, ended_at)
+                                 $6::timestamptz[], $7::timestamptz[], $8::text[])
+                   AS t(order_id, key, amount, outcome, provider_ref, started_at, ended_at, settler)
          ), p AS (
             INSERT INTO payments (order_id, key, amount_cents, outcome, provider_ref,
-                                  started_at, ended_at, settled_at)
-            SELECT order_id, key, amount, outcome, provider_ref, started_at, ended_at, now()
+                                  started_at, ended_at, settled_at, settled_by)
+            SELECT order_id, key, amount, outcome, provider_ref, started_at, ended_at, now(), settler
             FROM t
             ON CONFLICT (key) DO UPDATE
             SET outcome = EXCLUDED.outcome, provider_ref = EXCLUDED.provider_ref,
                 started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
-                settled_at = now()
+                settled_at = now(), settled_by = EXCLUDED.settled_by
             WHERE payments.outcome IS NULL
          )
          UPDATE orders o SET status = 'paid', updated_at = now()
@@ -97,7 +117,8 @@ pub(super) async fn record_payments(
         &outcomes as _,
         &refs as _,
         &started,
-        &ended
+        &ended,
+        &by as _
     )
     .fetch_all(db)
     .await?;
@@ -173,4 +194,17 @@ pub(super) async fn paid(db: &PgPool, order_id: Uuid) -> Result<(), sqlx::Error>
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// The order's payment as its buyer sees it, if it has one (its latest intent).
+pub(super) async fn payment(db: &PgPool, order_id: Uuid) -> Result<Option<Payment>, sqlx::Error> {
+    sqlx::query_as!(
+        Payment,
+        r#"SELECT key, COALESCE(outcome, 'pending') AS "outcome!", provider_ref, settled_by,
+                  created_at, settled_at
+           FROM payments WHERE order_id = $1 ORDER BY id DESC LIMIT 1"#,
+        order_id
+    )
+    .fetch_optional(db)
+    .await
 }

@@ -31,6 +31,7 @@
 //! - [`batch`]: one lock cycle's decisions and writes.
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`recorder`]: the providers' answers, recorded many to a statement.
+//! - `lost_answer`: the page's money demo (a charge made, its answer lost, settled by the sweep).
 //! - [`sweep`]: the background pass that expires reservations and settles stale payments.
 //! - [`store`]: the order's SQL; `intents`: the payment intents' SQL.
 
@@ -38,6 +39,7 @@ pub mod batch;
 pub mod combiner;
 pub mod cycle;
 mod intents;
+mod lost_answer;
 mod model;
 mod pay;
 mod place;
@@ -47,7 +49,7 @@ pub mod shop;
 pub mod store;
 pub mod sweep;
 
-pub use model::{Answer, Order, OrderStatus, Ticket};
+pub use model::{Answer, Order, OrderStatus, Payment, Ticket};
 pub use pay::{intent_key, ANSWER_MARGIN};
 pub use place::Admitted;
 pub use request::{NewOrder, OrderRequest};

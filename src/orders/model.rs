@@ -102,6 +102,24 @@ pub struct Order {
     pub updated_at: DateTime<Utc>,
 }
 
+/// An order's payment as its buyer sees it: the intent (written before the charge is sent)
+/// and how it was settled.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct Payment {
+    /// What the provider sees on every try of this charge: `seckill-{order id}`.
+    pub key: String,
+    /// `pending` until the provider's answer is known, then `succeeded` or `failed`
+    /// (declined).
+    pub outcome: String,
+    /// The provider's reference for the charge, once known.
+    pub provider_ref: Option<String>,
+    /// Who learnt the outcome: `answer` (the provider answered the order's own request) or
+    /// `sweep` (the answer was lost; the sweep asked again under the same key).
+    pub settled_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub settled_at: Option<DateTime<Utc>>,
+}
+
 /// An order's outcome: its row, or why it has none (or why it stopped).
 pub type Answer = Result<Order, Error>;
 

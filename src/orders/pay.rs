@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::intents::{self, Answered};
+use super::intents::{self, Answered, Settler};
 use super::model::{Answer, Order, OrderStatus};
 use super::shop::Shop;
 use super::store::{self, advance};
@@ -106,7 +106,7 @@ async fn settle(shop: &Shop, order: Order, deadline: Instant) -> Answer {
         .await;
     drop(lease);
     match charged {
-        Ok(charge) => record(shop, &order, &charge, deadline).await,
+        Ok(charge) => record(shop, &order, &charge, deadline, Settler::Answer).await,
         Err(unknown) => {
             tracing::warn!(order = %order.id, error = %unknown, "payment outcome unknown; the intent stays pending for the sweep");
             metrics::payment_outcome("unknown");
@@ -170,14 +170,16 @@ async fn unclaim(shop: &Shop, order: &Order, e: LockError) -> Answer {
     }
 }
 
-/// Records the provider's answer on the intent and the order, retrying through a database
-/// outage until the request's deadline (then the intent stays pending: the sweep records it
-/// from the provider's ledger), and answers the buyer.
+/// Records the provider's answer (heard `by` the order's attempt or the sweep) on the intent
+/// and the order, retrying through a database outage until the request's deadline (then the
+/// intent stays pending: the sweep records it from the provider's ledger), and answers the
+/// buyer.
 pub(super) async fn record(
     shop: &Shop,
     order: &Order,
     charge: &Charge,
     deadline: Instant,
+    by: Settler,
 ) -> Answer {
     let key = intent_key(order.id);
     let mut pause = Duration::from_millis(50);
@@ -191,6 +193,7 @@ pub(super) async fn record(
             order: order.clone(),
             key: key.clone(),
             charge: charge.clone(),
+            by,
         };
         let attempt = tokio::time::timeout(left, shop.recorder.record(answered));
         match attempt.await {

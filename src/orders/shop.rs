@@ -10,9 +10,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::combiner::Combiner;
-use super::model::{Answer, Order};
+use super::model::{Answer, Order, Payment};
 use super::recorder::Recorder;
-use super::store;
+use super::{intents, store};
 use crate::config::Config;
 use crate::error::Error;
 use crate::events::Events;
@@ -187,5 +187,10 @@ impl Shop {
     /// One order, as it stands.
     pub async fn order(&self, id: Uuid) -> Result<Option<Order>, Error> {
         Ok(store::get(&self.db, id).await?)
+    }
+
+    /// The order's payment, if it has one.
+    pub async fn payment(&self, order_id: Uuid) -> Result<Option<Payment>, Error> {
+        Ok(intents::payment(&self.db, order_id).await?)
     }
 }

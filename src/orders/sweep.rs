@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::intents;
+use super::intents::{self, Settler};
 use super::model::{Order, OrderStatus};
 use super::pay::{intent_key, record, release};
 use super::shop::Shop;
@@ -219,7 +219,7 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
             None => return unpaid(shop, order).await,
         },
     };
-    let settled = record(shop, order, &charge, deadline).await;
+    let settled = record(shop, order, &charge, deadline, Settler::Sweep).await;
     let outcome = if charge.approved() {
         "settled_paid"
     } else {

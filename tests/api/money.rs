@@ -382,3 +382,113 @@ async fn a_paying_order_that_gets_no_lease_never_takes_unpaid_reservations_past_
         .await
         .unwrap();
 }
+
+/// The page's money demo, through the API: a charge made whose every answer is lost. The
+/// order shows `paying` with its intent pending while the provider's ledger already has the
+/// charge; then the sweep settles it `paid`, `settled_by: sweep`, charged once. An ordinary
+/// order shows its intent settled by its own answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_is_seen_pending_beside_the_ledgers_charge_then_settled_by_the_sweep() {
+    let env = TestEnv::new().await;
+    let app = env
+        .spawn_app(&[
+            "--allow-unsafe-guards",
+            "--request-timeout-ms",
+            "3000",
+            "--expiry-interval-ms",
+            "100",
+        ])
+        .await;
+    let base = &app.base_url;
+    let product = create_product(base, 5, "zk").await;
+    let plain = place_order(&http(), base, product, "carol").await.unwrap();
+    let shown = send(http().get(format!("{base}/orders/{}", order_id(&plain))))
+        .await
+        .unwrap();
+    assert_eq!(shown.body["status"], "paid", "{shown:?}");
+    assert_eq!(
+        (
+            &shown.body["payment"]["outcome"],
+            &shown.body["payment"]["settled_by"]
+        ),
+        (&json!("succeeded"), &json!("answer")),
+        "{shown:?}"
+    );
+
+    let demo = send(
+        http()
+            .post(format!("{base}/api/products/{product}/lost-answer"))
+            .bearer_auth(ADMIN_TOKEN),
+    )
+    .await
+    .unwrap();
+    assert_eq!(demo.status, StatusCode::ACCEPTED, "{demo:?}");
+    let order = order_id(&demo);
+    let charge_of = || async {
+        send(
+            http()
+                .get(format!("{base}/api/orders/{order}/charge"))
+                .bearer_auth(ADMIN_TOKEN),
+        )
+        .await
+        .unwrap()
+    };
+    // The provider has charged while the shop still waits for its answer.
+    let (shop, ledger) = wait_until(
+        Duration::from_secs(30),
+        "a charge the shop has not heard of",
+        || async {
+            let shop = send(http().get(format!("{base}/orders/{order}")))
+                .await
+                .ok()?;
+            let ledger = charge_of().await;
+            let pending =
+                shop.body["status"] == "paying" && shop.body["payment"]["outcome"] == "pending";
+            (pending && ledger.body["charge"]["status"] == "succeeded").then_some((shop, ledger))
+        },
+    )
+    .await;
+    assert_eq!(shop.body["payment"]["key"], ledger.body["key"]);
+    wait_paid(&env, &order).await;
+    let settled = send(http().get(format!("{base}/orders/{order}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            &settled.body["payment"]["outcome"],
+            &settled.body["payment"]["settled_by"],
+            &settled.body["payment"]["provider_ref"]
+        ),
+        (
+            &json!("succeeded"),
+            &json!("sweep"),
+            &ledger.body["charge"]["reference"]
+        ),
+        "{settled:?}"
+    );
+    let tries = env.provider.ledger().await;
+    assert_eq!(
+        tries.len(),
+        2,
+        "one charge per order, whatever the tries: {tries:?}"
+    );
+    money_is_exact(&env).await;
+
+    // Not on a production server, and never for a stranger.
+    let stranger = send(http().post(format!("{base}/api/products/{product}/lost-answer")))
+        .await
+        .unwrap();
+    assert_eq!(stranger.status, StatusCode::UNAUTHORIZED, "{stranger:?}");
+    let production = env.spawn_app(&[]).await;
+    let refused = send(
+        http()
+            .post(format!(
+                "{}/api/products/{product}/lost-answer",
+                production.base_url
+            ))
+            .bearer_auth(ADMIN_TOKEN),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.code(), "demo_disabled", "{refused:?}");
+}

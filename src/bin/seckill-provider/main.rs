@@ -145,7 +145,7 @@ async fn charge(
             "amount_cents must be a non-negative integer",
         );
     };
-    let plan = state.settings.plan();
+    let plan = state.settings.plan(&key);
     if plan.fail {
         // A 5xx before anything is charged: the caller must retry under the same key.
         return error(

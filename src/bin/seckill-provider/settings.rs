@@ -1,6 +1,7 @@
 //! The provider's faults: rates for a sale under chaos, and one-shot counts for tests that
 //! need a fault to hit exactly the next charge.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ pub struct Change {
     pub lose_rate: Option<f64>,
     pub fail_next: u32,
     pub lose_next: u32,
+    /// Every charge under this key is made, and its answer lost, until `answer_again`
+    /// names it: a network that drops one payment's answers for a while (the page's money
+    /// demo, where the shop's retries must all go unanswered).
+    pub lose_answers_of: Option<String>,
+    pub answer_again: Option<String>,
 }
 
 #[derive(Default, Serialize)]
@@ -49,6 +55,7 @@ struct Now {
     faults: Faults,
     fail_next: u32,
     lose_next: u32,
+    losing_answers_of: BTreeSet<String>,
 }
 
 pub struct Settings {
@@ -85,6 +92,12 @@ impl Settings {
         faults.lose_rate = change.lose_rate.unwrap_or(faults.lose_rate);
         now.fail_next += change.fail_next;
         now.lose_next += change.lose_next;
+        if let Some(key) = change.lose_answers_of {
+            now.losing_answers_of.insert(key);
+        }
+        if let Some(key) = change.answer_again {
+            now.losing_answers_of.remove(&key);
+        }
     }
 
     pub fn show(&self) -> serde_json::Value {
@@ -92,8 +105,8 @@ impl Settings {
             .expect("settings serialise")
     }
 
-    /// Draws this request's faults.
-    pub fn plan(&self) -> Plan {
+    /// Draws the faults of a request to charge under `key`.
+    pub fn plan(&self, key: &str) -> Plan {
         let mut now = self.now.lock().expect("settings poisoned");
         let chance = |rate: f64| fastrand::f64() < rate;
         let fail = if now.fail_next > 0 {
@@ -103,7 +116,9 @@ impl Settings {
             chance(now.faults.error_rate)
         };
         let lose = !fail
-            && if now.lose_next > 0 {
+            && if now.losing_answers_of.contains(key) {
+                true
+            } else if now.lose_next > 0 {
                 now.lose_next -= 1;
                 true
             } else {
@@ -139,7 +154,7 @@ mod tests {
             ..Change::default()
         });
         let plans: Vec<(bool, bool)> = (0..4)
-            .map(|_| settings.plan())
+            .map(|_| settings.plan("k"))
             .map(|p| (p.fail, p.lose))
             .collect();
         // A failed request charges nothing, so it does not use up a lost answer.
@@ -148,7 +163,7 @@ mod tests {
             [(true, false), (false, true), (false, true), (false, false)]
         );
         assert_eq!(
-            settings.plan().latency,
+            settings.plan("k").latency,
             Duration::from_millis(5),
             "a count leaves the rates"
         );
@@ -156,7 +171,23 @@ mod tests {
             decline_rate: Some(1.0),
             ..Change::default()
         });
-        assert!(settings.plan().decline);
-        assert_eq!(settings.plan().latency, Duration::from_millis(5));
+        assert!(settings.plan("k").decline);
+        assert_eq!(settings.plan("k").latency, Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_keys_answers_are_lost_until_it_is_answered_again() {
+        let settings = Settings::new(Faults::default());
+        settings.change(Change {
+            lose_answers_of: Some("a".into()),
+            ..Change::default()
+        });
+        let lost = |key| settings.plan(key).lose;
+        assert_eq!([lost("a"), lost("a"), lost("b")], [true, true, false]);
+        settings.change(Change {
+            answer_again: Some("a".into()),
+            ..Change::default()
+        });
+        assert!(!lost("a"));
     }
 }

@@ -71,6 +71,7 @@ function renderProducts() {
   }
   fillSelect($('#queue-product'), list.filter(locked));
   fillSelect($('#demo-product'), list.filter(locked));
+  fillSelect($('#money-product'), list);
   // Every product has terms, so the lab's terms lock is there whatever the guard.
   fillSelect($('#rw-product'), list);
   renderHerd();
@@ -153,6 +154,10 @@ $('#buy').addEventListener('submit', async (event) => {
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': crypto.randomUUID() },
     body: JSON.stringify(order),
   });
+  // Every answer that names an order (paid, reserved, declined, outcome pending) shows its payment.
+  const orderId = body?.id ?? body?.order_id;
+  if (orderId) followPayment(orderId);
+  else drawText($('#buy-payment'), () => '');
   if (status !== 201) return showError(out, status, body);
   draw(out, () => {
     out.className = 'result ok';
@@ -165,6 +170,37 @@ $('#buy').addEventListener('submit', async (event) => {
     });
   });
 });
+
+// ---------------------------------------------------------------- payments
+
+// An order's payment, as the shop knows it: its intent (written before the charge is sent),
+// its outcome, and who learnt it. Pending is not failed: the provider may have charged.
+function paymentHtml(payment) {
+  if (!payment) return esc(t('pay.none'));
+  const key = markup(`<span class="mono" data-ident>${esc(payment.key)}</span>`);
+  const outcome = markup(`<strong data-outcome="${esc(payment.outcome)}">${esc(t(`pay.outcome_${payment.outcome}`))}</strong>`);
+  const by = payment.settled_by ? t(`pay.by_${payment.settled_by}`) : t('pay.by_nobody');
+  return tHtml('pay.line', { key, outcome, by });
+}
+
+// Follows the Buy form's last order until its payment is settled (polled: 1 s apart, two
+// minutes at most — a pending intent waits for the sweep).
+let followed = null;
+async function followPayment(id) {
+  followed = id;
+  const out = $('#buy-payment');
+  for (let i = 0; i < 120 && followed === id; i += 1) {
+    const { status, body } = await api(`/orders/${id}`);
+    if (followed !== id) return;
+    if (status === 200) {
+      out.dataset.outcome = body.payment?.outcome ?? 'none';
+      out.dataset.settledBy = body.payment?.settled_by ?? '';
+      draw(out, () => (out.innerHTML = paymentHtml(body.payment)));
+      if (body.payment?.outcome !== 'pending') return;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
 
 // The order's batch: how many orders the lock cycle (or transaction) that decided it served.
 function servedWith(order) {
@@ -204,9 +240,6 @@ $('#create').addEventListener('submit', async (event) => {
 
 // ---------------------------------------------------------------- simulator
 
-for (const lane of document.querySelectorAll('.lane')) {
-  lane.append($('#lane-stats').content.cloneNode(true));
-}
 // Under each lane's select: how its product is guarded, in full.
 const showLaneGuarding = (lane) => {
   const p = products.get(Number($('.lane-product', lane).value));
@@ -544,6 +577,77 @@ for (const mode of ['zombie', 'crash']) {
   });
 }
 
+// ---------------------------------------------------------------- money: a lost answer
+
+// The money demo: the server reserves a unit and pays it while the provider loses every
+// answer; the page shows the shop's books and the provider's ledger side by side, polled
+// until the sweep has settled the order (every 500 ms, three minutes at most).
+const MONEY_POLL_MS = 500;
+let moneyRun = 0;
+$('#money-lose').addEventListener('click', async () => {
+  const run = (moneyRun += 1);
+  const out = $('#money-result');
+  const section = $('#money');
+  const id = Number($('#money-product').value);
+  const { status, body } = await api(`/api/products/${id}/lost-answer`, { method: 'POST', headers: adminHeaders() });
+  if (status !== 202) return showError(out, status, body);
+  out.className = 'result ok';
+  drawText(out, () => t('money.started', { id }));
+  section.dataset.state = 'reserved';
+  delete section.dataset.seenPendingCharged;
+  for (const li of section.querySelectorAll('.money-steps li')) li.classList.toggle('done', li.dataset.step === 'reserved');
+  drawText($('#money-verdict'), () => '');
+  const deadline = Date.now() + 180_000;
+  while (run === moneyRun && Date.now() < deadline) {
+    const [shop, ledger] = await Promise.all([
+      api(`/orders/${body.id}`),
+      api(`/api/orders/${body.id}/charge`, { headers: adminHeaders() }),
+    ]);
+    if (run !== moneyRun) return;
+    if (shop.status === 200 && ledger.status === 200) {
+      drawMoney(shop.body, ledger.body);
+      if (shop.body.payment && shop.body.payment.outcome !== 'pending') return;
+    }
+    await new Promise((r) => setTimeout(r, MONEY_POLL_MS));
+  }
+});
+
+function drawMoney(order, line) {
+  const section = $('#money');
+  const shop = $('#money-shop');
+  const payment = order.payment;
+  const charge = line.charge;
+  const field = (root, k) => $(`[data-k="${k}"]`, root);
+  shop.dataset.status = order.status;
+  shop.dataset.outcome = payment?.outcome ?? '';
+  shop.dataset.settledBy = payment?.settled_by ?? '';
+  $('#money-ledger').dataset.charge = charge?.status ?? 'none';
+  drawText(field(shop, 'order'), () => order.id.slice(0, 8));
+  drawText(field(shop, 'status'), () => statusName(order.status));
+  drawText(field(shop, 'intent'), () => (payment ? t(`pay.outcome_${payment.outcome}`) : t('pay.none')));
+  drawText(field(shop, 'settled_by'), () => (payment?.settled_by ? t(`pay.by_${payment.settled_by}`) : '–'));
+  const ledger = $('#money-ledger');
+  drawText(field(ledger, 'key'), () => line.key);
+  drawText(field(ledger, 'charge'), () => (charge ? t(`money.charge_${charge.status}`) : t('money.no_charge')));
+  drawText(field(ledger, 'reference'), () => charge?.reference ?? '–');
+  drawText(field(ledger, 'amount'), () => (charge ? fmtMoney(order.amount_cents) : '–'));
+  const pending = payment?.outcome === 'pending';
+  // The lesson: the ledger has the charge while the shop's intent is still pending.
+  if (pending && charge?.status === 'succeeded') section.dataset.seenPendingCharged = 'true';
+  const state = payment && !pending ? 'settled' : payment ? 'pending' : 'reserved';
+  section.dataset.state = state;
+  const steps = ['reserved', 'pending', 'settled'];
+  for (const li of section.querySelectorAll('.money-steps li')) {
+    li.classList.toggle('done', steps.indexOf(li.dataset.step) <= steps.indexOf(state));
+  }
+  const verdict = $('#money-verdict');
+  if (state === 'settled') {
+    const agree = charge?.status === 'succeeded' && payment.outcome === 'succeeded' && payment.provider_ref === charge.reference;
+    verdict.className = `verdict ${agree ? 'ok' : 'bad'}`;
+    drawText(verdict, () => t(agree ? 'money.agree' : 'money.disagree', { by: t(`pay.by_${payment.settled_by}`) }));
+  }
+}
+
 // ---------------------------------------------------------------- lock lab
 
 // The payment semaphore and the chosen product's terms lock, polled while the page is
@@ -785,7 +889,7 @@ onLanguageChange(() => {
   renderLog();
 });
 
-initI18n(); // after the lanes' stats were cloned from their template, so they get translated
+initI18n();
 $('#admin-token').value = sessionStorage.getItem('seckill-admin') || '';
 live(false, 'live.connecting');
 renderQueue(null);

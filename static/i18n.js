@@ -50,6 +50,14 @@ const en = {
   'buy.fence': ', fencing token {fence}',
   'buy.own_cycle': ', in its own {cycle}',
   'buy.shared_cycle': ', served in a {cycle} with {n} orders',
+  'pay.none': 'No payment: nothing was sent to the provider.',
+  'pay.line': 'Payment {key}: {outcome} — {by}.',
+  'pay.outcome_pending': 'pending',
+  'pay.outcome_succeeded': 'succeeded',
+  'pay.outcome_failed': 'declined',
+  'pay.by_answer': 'settled by the provider\'s answer to this order',
+  'pay.by_sweep': 'settled by the sweep (the answer was lost; it asked again under the same key)',
+  'pay.by_nobody': 'the provider\'s answer has not come back: the sweep will ask again under the same key, never charge twice',
   'cycle.lock': 'lock cycle',
   'cycle.transaction': 'transaction',
 
@@ -223,8 +231,36 @@ const en = {
   'demo.explain_crash':
     '<strong>Crash</strong>: the next lock holder\'s session ends as it gets the lock. Its node disappears on its own; the queue moves on.',
 
-  // ------------------------------------------------------------ 6 · the lock lab
-  'lab.heading': '6 · Lock lab: a semaphore and a read-write lock',
+  // ------------------------------------------------------------ 6 · money
+  'money.heading': '6 · Money: the answer that never came',
+  'money.hint':
+    'The payment provider is another company\'s system, reached over the network. The most instructive failure of a sale\'s payments: the provider <em>charged</em>, but its answer never came back. The shop must not call that order failed (the money moved) nor charge it again. Admin token and a server with <code>--allow-unsafe-guards</code>; the provider must take test controls (<code>scripts/demo</code> starts it so).',
+  'money.product': 'Product',
+  'money.lose': 'Charge, then lose the answer',
+  'money.shop': 'The shop\'s books (PostgreSQL)',
+  'money.order': 'order',
+  'money.status': 'status',
+  'money.intent': 'payment intent',
+  'money.settled_by': 'settled by',
+  'money.ledger': 'The provider\'s ledger',
+  'money.key': 'key',
+  'money.charge': 'charge',
+  'money.reference': 'reference',
+  'money.amount': 'amount',
+  'money.step_reserved': '<strong>Reserved</strong>: one unit is held for the demo\'s buyer, under the product\'s guard.',
+  'money.step_pending':
+    '<strong>Pending</strong>: the payment intent (its key) is committed before the charge is sent. The provider charges — its ledger has the line — but every answer is lost, so the shop\'s intent stays <em>pending</em>. The buyer is told 503 <code>outcome_pending</code>, never "failed".',
+  'money.step_settled':
+    '<strong>Settled</strong>: once the order\'s own attempt is surely over (its request\'s time and a margin), the sweep asks the provider again under the same key, hears "succeeded" and marks the order paid. One charge, one paid order.',
+  'money.started': 'Product #{id}: one unit reserved, its payment under way; every answer to it will be lost.',
+  'money.charge_succeeded': 'succeeded',
+  'money.charge_declined': 'declined',
+  'money.no_charge': 'nothing charged',
+  'money.agree': 'The books agree: one charge in the ledger, one paid order, the same reference — {by}.',
+  'money.disagree': 'The books disagree: the ledger and the order do not match — {by}.',
+
+  // ------------------------------------------------------------ 7 · the lock lab
+  'lab.heading': '7 · Lock lab: a semaphore and a read-write lock',
   'lab.hint':
     'Two more ZooKeeper recipes, in the node layouts of Apache Curator, live from ZooKeeper. The holders you add here are real: real payments and sales wait behind them, for a minute at most. Needs the admin token (in the simulator\'s admin form) and a server with <code>--allow-unsafe-guards</code>.',
   'lab.reentrant':
@@ -319,6 +355,14 @@ const zh = {
   'buy.fence': '，围栏令牌 {fence}',
   'buy.own_cycle': '，独占一个{cycle}',
   'buy.shared_cycle': '，与其他订单在同一{cycle}中处理（共 {n} 单）',
+  'pay.none': '无支付：没有向支付服务商发出扣款。',
+  'pay.line': '支付 {key}：{outcome} — {by}。',
+  'pay.outcome_pending': '待定',
+  'pay.outcome_succeeded': '成功',
+  'pay.outcome_failed': '被拒',
+  'pay.by_answer': '由支付服务商对本订单的应答结算',
+  'pay.by_sweep': '由后台清理任务结算（应答丢失；它用同一个幂等键重新询问）',
+  'pay.by_nobody': '支付服务商的应答还没有回来：后台清理任务会用同一个幂等键重新询问，绝不重复扣款',
   'cycle.lock': '加锁周期',
   'cycle.transaction': '事务',
 
@@ -487,8 +531,36 @@ const zh = {
   'demo.explain_crash':
     '<strong>崩溃</strong>：下一个锁持有者一拿到锁，会话就结束了。它的节点自动消失，队列继续前进。',
 
-  // ------------------------------------------------------------ 6 · the lock lab
-  'lab.heading': '6 · 锁实验室：信号量与读写锁',
+  // ------------------------------------------------------------ 6 · money
+  'money.heading': '6 · 钱：没有回来的应答',
+  'money.hint':
+    '支付服务商是另一家公司的系统，要经过网络访问。秒杀支付中最值得一看的故障是：服务商<em>已经扣款</em>，应答却没有回来。商店既不能把这个订单判为失败（钱已经动了），也不能再扣一次。需要管理员令牌，且服务以 <code>--allow-unsafe-guards</code> 启动；支付服务商须接受测试控制（<code>scripts/demo</code> 就是这样启动的）。',
+  'money.product': '商品',
+  'money.lose': '扣款，然后丢掉应答',
+  'money.shop': '商店的账（PostgreSQL）',
+  'money.order': '订单',
+  'money.status': '状态',
+  'money.intent': '支付意图',
+  'money.settled_by': '结算方',
+  'money.ledger': '支付服务商的账本',
+  'money.key': '幂等键',
+  'money.charge': '扣款',
+  'money.reference': '流水号',
+  'money.amount': '金额',
+  'money.step_reserved': '<strong>已预留</strong>：在商品的守卫下，为演示买家预留一件。',
+  'money.step_pending':
+    '<strong>待定</strong>：支付意图（及其幂等键）在发出扣款之前就已提交。服务商扣了款 — 它的账本上有这一行 — 但每次应答都丢了，所以商店的支付意图仍是<em>待定</em>。买家得到的是 503 <code>outcome_pending</code>，而不是“失败”。',
+  'money.step_settled':
+    '<strong>已结算</strong>：等订单自己的尝试确定结束后（请求时限再加一段余量），后台清理任务用同一个幂等键再次询问服务商，得知“成功”，把订单标为已支付。一笔扣款，一个已支付订单。',
+  'money.started': '商品 #{id}：已预留一件，支付进行中；它的每次应答都会丢失。',
+  'money.charge_succeeded': '成功',
+  'money.charge_declined': '被拒',
+  'money.no_charge': '未扣款',
+  'money.agree': '两边的账一致：账本上一笔扣款，一个已支付订单，流水号相同 — {by}。',
+  'money.disagree': '两边的账不一致：账本与订单对不上 — {by}。',
+
+  // ------------------------------------------------------------ 7 · the lock lab
+  'lab.heading': '7 · 锁实验室：信号量与读写锁',
   'lab.hint':
     '另外两种 ZooKeeper 锁方案，沿用 <span lang="en" translate="no">Apache Curator</span> 的节点布局，实时取自 ZooKeeper。在这里添加的持有者是真实的：真实的支付和秒杀会排在它们后面等待，最长一分钟。需要管理员令牌（在模拟器的管理员表单中填写），且服务以 <code>--allow-unsafe-guards</code> 启动。',
   'lab.reentrant':

@@ -32,7 +32,7 @@ function need(name) {
 }
 
 // Starts one instance on a free loopback port; resolves with its base URL.
-function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) {
+function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}`, requestTimeoutMs = 60_000 } = {}) {
   const child = spawn(
     need('SECKILL_BIN'),
     [
@@ -52,8 +52,8 @@ function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}` } = {}) 
       // A step-through's waiting orders live as long as their requests (its lock timeout is
       // the request's): on a busy machine three Nexts and the page's redraws took longer
       // than the default 15 s, the waiters left, and the wake-ups the test counts with them.
-      '--request-timeout-ms', '60000',
-      '--shutdown-grace-ms', '62000',
+      '--request-timeout-ms', String(requestTimeoutMs),
+      '--shutdown-grace-ms', String(requestTimeoutMs + 2000),
       '--static-dir', join(here, '..', '..', 'static'),
       '--instance', instance,
     ],
@@ -309,6 +309,84 @@ test('step-through on a zk product: each Next wakes exactly one waiter', async (
 test('step-through on a zk-herd product, in 中文: each Next wakes every waiter', async () => {
   const shown = await stepThrough('zk-herd', [3, 2, 1], 'zh');
   assert.match(shown, /第 3 次：一次释放唤醒了 1 个等待者/);
+});
+
+// Nothing already on screen moves while the page loads and while its first product update
+// arrives: the layout-shift entries (PerformanceObserver, those not caused by input) sum to
+// at most 0.05, on a wide and on a phone screen.
+for (const [name, viewport] of [['wide', { width: 1280, height: 900 }], ['phone', { width: 390, height: 844 }]]) {
+  test(`no layout shift while the page loads and updates (${name})`, async (t) => {
+    const id = await createProduct(a, 5, 'zk');
+    const page = await browser.newPage({ viewport, locale: 'en-US' });
+    page.on('pageerror', (e) => consoleErrors.push(String(e)));
+    await page.addInitScript(() => {
+      window.layoutShifts = [];
+      new PerformanceObserver((list) => {
+        for (const entry of list.getEntries()) {
+          if (!entry.hadRecentInput) {
+            window.layoutShifts.push({
+              value: entry.value,
+              sources: entry.sources.map((s) => s.node?.id || s.node?.className || s.node?.nodeName || '?'),
+            });
+          }
+        }
+      }).observe({ type: 'layout-shift', buffered: true });
+    });
+    await page.goto(a);
+    await waitLive(page);
+    const card = page.locator(`.product[data-product="${id}"] [data-k="stock"]`);
+    await card.waitFor();
+    // The first product update, from the event stream.
+    const bought = await fetch(`${a}/orders`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ product_id: id, user_id: 'cls-buyer' }),
+    });
+    assert.equal(bought.status, 201);
+    await page.locator(`.product[data-product="${id}"] [data-k="stock"]`, { hasText: '4' }).waitFor({ timeout: 10_000 });
+    // Two frames: whatever that update laid out has been reported.
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    const shifts = await page.evaluate(() => window.layoutShifts);
+    const total = shifts.reduce((sum, s) => sum + s.value, 0);
+    t.diagnostic(`cumulative layout shift ${total.toFixed(4)}`);
+    assert.ok(total <= 0.05, `cumulative layout shift ${total.toFixed(3)} > 0.05: ${JSON.stringify(shifts)}`);
+    await page.close();
+  });
+}
+
+// The money demo: the provider charges and every answer is lost. On an instance whose
+// requests live 4 s, so the sweep settles within seconds (the page says nothing of time).
+test('money on the page: an order shows its payment; a lost answer is seen pending beside the ledger\'s charge, then settled by the sweep', async () => {
+  const base = await startServer('e2e-money', { requestTimeoutMs: 4000 });
+  const id = await createProduct(base, 5, 'pg-atomic');
+  const page = await openPage(base);
+  await page.locator(`.product[data-product="${id}"]`).waitFor();
+  await page.selectOption('#buy-product', String(id));
+  await page.fill('#buy-user', 'e2e-payer');
+  await page.click('#buy button[type=submit]');
+  await page.locator('#buy-payment[data-settled-by="answer"] [data-outcome="succeeded"]').waitFor({ timeout: 10_000 });
+  assert.match(await page.textContent('#buy-payment'), /Payment seckill-[0-9a-f-]{36}: succeeded — settled by the provider's answer/);
+
+  await page.click('summary');
+  await page.fill('#admin-token', ADMIN);
+  await page.selectOption('#money-product', String(id));
+  await page.click('#money-lose');
+  // The lesson: the provider's ledger has the charge while the shop's intent is pending.
+  await page.locator('#money[data-seen-pending-charged="true"]').waitFor({ timeout: 30_000 }).catch(async (e) => {
+    throw new Error(`${e.message}; the page says: ${await page.textContent('#money')}`);
+  });
+  await page.screenshot({ path: join(shots, 'money-pending.png'), fullPage: true });
+  await page.locator('#money[data-state="settled"]').waitFor({ timeout: 60_000 });
+  assert.equal(await page.getAttribute('#money-shop', 'data-settled-by'), 'sweep');
+  assert.equal(await page.getAttribute('#money-shop', 'data-status'), 'paid');
+  assert.equal(await page.getAttribute('#money-ledger', 'data-charge'), 'succeeded');
+  assert.match(await page.textContent('#money-verdict'), /The books agree: one charge in the ledger, one paid order, the same reference — settled by the sweep/);
+  await page.click('.lang [data-lang="zh"]');
+  assert.match(await page.textContent('#money-verdict'), /两边的账一致/);
+  await page.screenshot({ path: join(shots, 'money-settled-zh.png'), fullPage: true });
+  const audit = await (await fetch(`${base}/api/products/${id}/audit`)).json();
+  assert.deepEqual([audit.sold, audit.consistent], [2, true], 'two orders, two units, the books balanced');
+  await page.close();
 });
 
 test('the page fits a phone screen', async () => {

@@ -73,7 +73,7 @@ pub struct ErrorBody<'a> {
     order_id: Option<Uuid>,
 }
 
-/// Every code an answer can carry, in the README's order.
+/// Every code an answer can carry, in the order of the API page's table of codes (docs/api.md).
 pub const CODES: [&str; 29] = [
     "invalid_request",
     "unauthorized",

@@ -4,7 +4,7 @@
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode, Place};
-use super::Observer;
+use super::stats::Observer;
 use crate::telemetry::metrics;
 
 /// Waits until our node is first in `dir`: the node, its czxid (the fencing token), and how

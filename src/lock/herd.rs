@@ -8,7 +8,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
-use super::Observer;
+use super::stats::Observer;
 use crate::telemetry::metrics;
 
 /// Waits until we created the one node: the node, its czxid, and the wake-ups it cost.

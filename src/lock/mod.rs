@@ -42,6 +42,7 @@ mod reentrant;
 mod rwlock;
 mod semaphore;
 mod session;
+mod stats;
 mod view;
 
 use std::sync::Arc;
@@ -55,6 +56,8 @@ pub use reentrant::Owner;
 pub use rwlock::{Access, TermsLock};
 pub use semaphore::Lease;
 pub use session::Zk;
+pub use stats::LockStats;
+use stats::Observer;
 pub use view::{QueueView, RwLockView, SemaphoreView, Ticket, QUEUE_VIEW_MAX};
 
 use crate::telemetry::metrics;
@@ -143,19 +146,6 @@ pub enum Session {
     Own,
 }
 
-/// What acquisitions of one product's lock have cost on this instance, and what they served.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct LockStats {
-    pub acquisitions: u64,
-    pub wakeups: u64,
-    /// Orders served under those acquisitions: `orders / acquisitions` per lock cycle.
-    pub orders: u64,
-    /// Waiters of this instance whose watch is set right now. A release wakes only waiters
-    /// already watching (one who is between its create and its watch sees the lock free and
-    /// takes it unwoken), so the step-through waits for this before each Next.
-    pub watching: u64,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("lock not granted within {0:?}")]
@@ -176,44 +166,6 @@ impl LockError {
             LockError::Lost => "lost",
             LockError::TooBusy => "too_busy",
             LockError::Unavailable(_) => "unavailable",
-        }
-    }
-}
-
-/// What a waiter tells its product's statistics: each watch while it is set, each wake as it
-/// happens (not when the lock is granted: the page shows a herd waking while its waiters
-/// still wait).
-/// Nobody's ([`Observer::NONE`]) for the recipes built on the fair lock (the semaphore's turns).
-pub(super) struct Observer<'a>(Option<(&'a Zk, i64)>);
-
-impl Observer<'_> {
-    pub(super) const NONE: Observer<'static> = Observer(None);
-
-    /// Call once the watch is set (its answer came back); the waiter counts as watching until
-    /// [`Watching::woke`] or until the wait is given up (the guard dropped).
-    fn watching(&self) -> Watching<'_> {
-        if let Some((zk, product_id)) = self.0 {
-            zk.count_watching(product_id, true);
-        }
-        Watching(self)
-    }
-}
-
-pub(super) struct Watching<'a>(&'a Observer<'a>);
-
-impl Watching<'_> {
-    /// The watch fired: one wake-up, and no longer watching.
-    fn woke(self) {
-        if let Some((zk, product_id)) = self.0 .0 {
-            zk.count_wake(product_id);
-        }
-    }
-}
-
-impl Drop for Watching<'_> {
-    fn drop(&mut self) {
-        if let Some((zk, product_id)) = self.0 .0 {
-            zk.count_watching(product_id, false);
         }
     }
 }
@@ -243,47 +195,6 @@ impl Zk {
             Recipe::Fair => format!("{}/locks/stock/{product_id}", self.root()),
             Recipe::Herd => format!("{}/locks/herd/{product_id}", self.root()),
         }
-    }
-
-    /// What this instance's acquisitions of the product's lock have cost so far.
-    pub fn stats(&self, product_id: i64) -> LockStats {
-        let stats = self.inner.stats.lock().expect("stats poisoned");
-        stats.get(&product_id).copied().unwrap_or_default()
-    }
-
-    /// Counts one watch notification that woke a waiter for the product's lock.
-    fn count_wake(&self, product_id: i64) {
-        let mut stats = self.inner.stats.lock().expect("stats poisoned");
-        stats.entry(product_id).or_default().wakeups += 1;
-        self.inner
-            .woken
-            .lock()
-            .expect("woken poisoned")
-            .insert(product_id);
-    }
-
-    /// Counts one waiter of the product's lock more (`up`) or less watching.
-    fn count_watching(&self, product_id: i64, up: bool) {
-        let mut stats = self.inner.stats.lock().expect("stats poisoned");
-        let watching = &mut stats.entry(product_id).or_default().watching;
-        *watching = if up {
-            *watching + 1
-        } else {
-            watching.saturating_sub(1)
-        };
-    }
-
-    /// Products whose waiters woke since the last call: their lock view has news even when
-    /// no node changed (a herd's losers wake and watch again).
-    pub fn take_woken(&self) -> Vec<i64> {
-        let mut woken = self.inner.woken.lock().expect("woken poisoned");
-        woken.drain().collect()
-    }
-
-    /// Counts `orders` served under one acquisition of the product's lock.
-    pub fn count_served(&self, product_id: i64, orders: usize) {
-        let mut stats = self.inner.stats.lock().expect("stats poisoned");
-        stats.entry(product_id).or_default().orders += orders as u64;
     }
 
     /// Whether the session is connected right now.

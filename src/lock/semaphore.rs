@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
-use super::{fair, settle_wait, LockError, Observer, Zk};
+use super::stats::Observer;
+use super::{fair, settle_wait, LockError, Zk};
 use crate::telemetry::metrics;
 
 /// One of the semaphore's leases. Dropping it deletes its node (in the background), which

@@ -1,22 +1,25 @@
 //! The documents that promise things to clients and operators agree with the code: every
-//! status and error code of README's API table is in the generated OpenAPI description,
-//! README's configuration table is exactly what `seckill --help` says, and the Chinese README
-//! keeps the English one's commands and figures.
+//! status and error code of the API table (`docs/api.md`) is in the generated OpenAPI
+//! description, the configuration table (`docs/configuration.md`) is exactly what `seckill
+//! --help` says, and each Chinese page (README.zh-CN.md, `docs/zh-CN/`) keeps its English
+//! page's commands, figures and tables; the README stays short and reaches every page.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use utoipa::OpenApi;
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+/// A document of the repository, by its path from the root.
+fn doc(path: &str) -> String {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The rows of the table that follows `heading` in README: cells, trimmed.
+/// The rows of the table that follows `heading` in a document: cells, trimmed.
 fn table_after(readme: &str, heading: &str) -> Vec<Vec<String>> {
     let start = readme
         .find(heading)
-        .unwrap_or_else(|| panic!("README has {heading}"));
+        .unwrap_or_else(|| panic!("the document has {heading}"));
     readme[start..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -31,7 +34,7 @@ fn table_after(readme: &str, heading: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// `(status, codes)` as README writes them: `409 \`sold_out\` / \`purchase_limit\``.
+/// `(status, codes)` as the API table writes them: `409 \`sold_out\` / \`purchase_limit\``.
 fn statuses(cell: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut current = None;
@@ -56,12 +59,12 @@ fn statuses(cell: &str) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 #[test]
-fn every_status_and_error_code_in_the_readme_is_in_the_openapi_description() {
+fn every_status_and_error_code_in_the_api_table_is_in_the_openapi_description() {
     let api = serde_json::to_value(seckill::http::openapi::ApiDoc::openapi()).unwrap();
     assert_eq!(api["openapi"], "3.1.0");
-    let readme = readme();
-    let rows = table_after(&readme, "## HTTP API");
-    assert!(rows.len() >= 15, "README's API table: {} rows", rows.len());
+    let readme = doc("docs/api.md");
+    let rows = table_after(&readme, "# HTTP API");
+    assert!(rows.len() >= 15, "the API table: {} rows", rows.len());
     for row in rows {
         let request = row[0].trim_start_matches('`');
         let (method, rest) = request.split_once(' ').expect("`METHOD /path`");
@@ -144,10 +147,11 @@ fn help_flags() -> BTreeMap<String, (String, String)> {
 }
 
 #[test]
-fn the_readme_configuration_table_is_what_seckill_help_says() {
+fn the_configuration_table_is_what_seckill_help_says() {
     let help = help_flags();
     assert!(help.len() >= 30, "parsed {} flags from --help", help.len());
-    let readme: BTreeMap<String, (String, String)> = table_after(&readme(), "## Configuration")
+    let table = doc("docs/configuration.md");
+    let readme: BTreeMap<String, (String, String)> = table_after(&table, "# Configuration")
         .into_iter()
         .map(|row| {
             let flag = row[0]
@@ -161,19 +165,19 @@ fn the_readme_configuration_table_is_what_seckill_help_says() {
     let only_readme: Vec<_> = readme.keys().filter(|f| !help.contains_key(*f)).collect();
     assert!(
         only_help.is_empty() && only_readme.is_empty(),
-        "flags missing from README: {only_help:?}; README flags --help does not know: {only_readme:?}"
+        "flags missing from docs/configuration.md: {only_help:?}; flags there that --help does not know: {only_readme:?}"
     );
     for (flag, (env, default)) in &help {
         let (readme_env, readme_default) = &readme[flag];
-        assert_eq!(readme_env, env, "README's env for --{flag}");
+        assert_eq!(readme_env, env, "the env of --{flag}");
         if default == "none" {
-            // No default: README says what that means (`off`, `(required)`, `none`).
+            // No default: the table says what that means (`off`, `(required)`, `none`).
             assert!(
                 ["none", "off", "(required)"].contains(&readme_default.as_str()),
-                "README gives --{flag} a default ({readme_default}) that --help does not"
+                "the table gives --{flag} a default ({readme_default}) that --help does not"
             );
         } else {
-            assert_eq!(readme_default, default, "README's default for --{flag}");
+            assert_eq!(readme_default, default, "the default of --{flag}");
         }
     }
 }
@@ -203,18 +207,121 @@ fn numbers(text: &str) -> BTreeSet<String> {
     found
 }
 
+/// Every page of the documentation beside the README, by its name in `docs/`.
+fn pages() -> Vec<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs");
+    let mut pages: Vec<String> = std::fs::read_dir(dir)
+        .expect("docs/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    pages.sort();
+    pages
+}
+
 #[test]
-fn the_chinese_readme_keeps_the_english_ones_commands_and_figures() {
-    let en = readme();
-    let zh = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.zh-CN.md"))
-        .expect("README.zh-CN.md");
-    assert!(en.contains("[中文](README.zh-CN.md)") && zh.contains("[English](README.md)"));
-    assert_eq!(code_blocks(&en), code_blocks(&zh), "the commands differ");
-    let missing: Vec<_> = numbers(&en).difference(&numbers(&zh)).cloned().collect();
-    assert!(
-        missing.is_empty(),
-        "figures of README.md missing in README.zh-CN.md: {missing:?}"
+fn each_chinese_page_keeps_its_english_pages_commands_figures_and_tables() {
+    let mut pairs = vec![("README.md".to_string(), "README.zh-CN.md".to_string())];
+    pairs.extend(
+        pages()
+            .into_iter()
+            .map(|page| (format!("docs/{page}"), format!("docs/zh-CN/{page}"))),
     );
-    let rows = |t: &str| t.lines().filter(|l| l.starts_with('|')).count();
-    assert_eq!(rows(&en), rows(&zh), "table rows");
+    assert!(pairs.len() >= 10, "{} pages", pairs.len());
+    for (en_path, zh_path) in pairs {
+        let (en, zh) = (doc(&en_path), doc(&zh_path));
+        assert_eq!(
+            code_blocks(&en),
+            code_blocks(&zh),
+            "{zh_path}: the commands differ"
+        );
+        let missing: Vec<_> = numbers(&en).difference(&numbers(&zh)).cloned().collect();
+        assert!(
+            missing.is_empty(),
+            "figures of {en_path} missing in {zh_path}: {missing:?}"
+        );
+        let rows = |t: &str| t.lines().filter(|l| l.starts_with('|')).count();
+        assert_eq!(rows(&en), rows(&zh), "{zh_path}: table rows");
+    }
+    let (en, zh) = (doc("README.md"), doc("README.zh-CN.md"));
+    assert!(en.contains("[中文](README.zh-CN.md)") && zh.contains("[English](README.md)"));
+}
+
+/// A newcomer reads the README in five minutes: at most 150 lines, and every page of the
+/// documentation one link away (the Chinese README links the Chinese pages).
+#[test]
+fn the_readme_is_short_and_links_every_page() {
+    for (readme, prefix) in [("README.md", "docs/"), ("README.zh-CN.md", "docs/zh-CN/")] {
+        let text = doc(readme);
+        let lines = text.lines().count();
+        assert!(lines <= 150, "{readme} has {lines} lines");
+        for page in pages() {
+            assert!(
+                text.contains(&format!("]({prefix}{page})")),
+                "{readme} does not link {prefix}{page}"
+            );
+        }
+    }
+}
+
+/// Every relative link of the README and the documentation reaches a file, and every
+/// `#anchor` a heading of it (as GitHub names headings).
+#[test]
+fn every_link_of_the_documentation_reaches_its_file_and_heading() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut documents = vec!["README.md".to_string(), "README.zh-CN.md".to_string()];
+    for page in pages() {
+        documents.push(format!("docs/{page}"));
+        documents.push(format!("docs/zh-CN/{page}"));
+    }
+    let mut broken = Vec::new();
+    for document in &documents {
+        let text = doc(document);
+        let prose: String = text.split("\n```").step_by(2).collect();
+        let base = root.join(document);
+        let dir = base.parent().unwrap();
+        for link in prose.split("](").skip(1) {
+            let Some(target) = link.split(')').next() else {
+                continue;
+            };
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let file = if path.is_empty() {
+                base.clone()
+            } else {
+                dir.join(path)
+            };
+            if !file.exists() {
+                broken.push(format!("{document}: {target} (no such file)"));
+            } else if !anchor.is_empty() && !headings(&file).contains(anchor) {
+                broken.push(format!("{document}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links: {broken:#?}");
+}
+
+/// The anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped,
+/// spaces as hyphens.
+fn headings(file: &std::path::Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let prose: String = text.split("\n```").step_by(2).collect();
+    prose
+        .lines()
+        .filter_map(|l| {
+            l.trim_start_matches('#')
+                .strip_prefix(' ')
+                .filter(|_| l.starts_with('#'))
+        })
+        .map(|h| {
+            h.trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
 }

@@ -1,6 +1,5 @@
-//! Running it like production: `GET /metrics` counts what happened, a request's id follows
-//! its order through the logs, `GET /openapi.json` documents every answer the README lists,
-//! and the README's configuration table is `seckill --help`'s.
+//! Running it like production: `GET /metrics` counts what happened, and a request's id
+//! follows its order through the logs.
 //!
 //! Metrics are process-wide, so these tests scrape a `seckill` process of their own.
 

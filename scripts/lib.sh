@@ -21,8 +21,9 @@ FAULTS_PG_PORT="${SECKILL_FAULTS_PG_PORT:-5434}"
 FAULTS_CLUSTER=seckill_faults
 STARTED=()
 
-log() { printf '\033[1;34m[seckill]\033[0m %s\n' "$*" >&2; }
-die() { printf '\033[1;31m[seckill]\033[0m %s\n' "$*" >&2; exit 1; }
+# Each line says how long its script has run (bash's SECONDS): where a slow run spent its time.
+log() { printf '\033[1;34m[seckill %ss]\033[0m %s\n' "$SECONDS" "$*" >&2; }
+die() { printf '\033[1;31m[seckill %ss]\033[0m %s\n' "$SECONDS" "$*" >&2; exit 1; }
 
 # Root runs commands directly; anyone else goes through sudo (apt-get, pg_ctlcluster).
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

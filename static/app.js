@@ -889,7 +889,7 @@ onLanguageChange(() => {
   renderLog();
 });
 
-initI18n();
+initI18n(); // after the page cloned the lanes' stats from their template, so they get translated
 $('#admin-token').value = sessionStorage.getItem('seckill-admin') || '';
 live(false, 'live.connecting');
 renderQueue(null);

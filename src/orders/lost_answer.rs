@@ -57,14 +57,22 @@ impl Shop {
         let answer = self.pay(id).await;
         tracing::info!(order = %id, answer = ?answer.as_ref().map(|o| o.status).map_err(Error::code), "lost-answer demo: the order's attempt is over");
         let key = intent_key(id);
-        if let Err(e) = self.payment.answer_again(&key).await {
-            tracing::warn!(order = %id, error = %e, "lost-answer demo: the provider still loses this key's answers");
+        // Until the provider answers again, the sweep's asking goes unanswered too. (The
+        // provider also lets the fault lapse on its own after a while.)
+        for attempt in 1..=5u32 {
+            match self.payment.answer_again(&key).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(order = %id, attempt, error = %e, "lost-answer demo: the provider still loses this key's answers");
+                    tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)))
+                        .await;
+                }
+            }
         }
     }
 
     /// What the provider's ledger holds under the order's key, asked now (the page shows it
-    /// beside the intent): `None` if nothing was charged. `None` for the order itself too
-    /// (`Ok(None)` is "no such order").
+    /// beside the intent). `Ok(None)`: no such order; `Ok(Some(None))`: nothing charged.
     pub async fn charge_at_provider(&self, id: Uuid) -> Result<Option<Option<Charge>>, Error> {
         if store::get(&self.db, id).await?.is_none() {
             return Ok(None);

@@ -1,9 +1,9 @@
 //! The provider's faults: rates for a sale under chaos, and one-shot counts for tests that
 //! need a fault to hit exactly the next charge.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -43,8 +43,8 @@ pub struct Change {
     pub fail_next: u32,
     pub lose_next: u32,
     /// Every charge under this key is made, and its answer lost, until `answer_again`
-    /// names it: a network that drops one payment's answers for a while (the page's money
-    /// demo, where the shop's retries must all go unanswered).
+    /// names it or [`LOSING_AT_MOST`] has passed: a network that drops one payment's answers
+    /// for a while (the page's money demo, where the shop's retries must all go unanswered).
     pub lose_answers_of: Option<String>,
     pub answer_again: Option<String>,
 }
@@ -55,7 +55,20 @@ struct Now {
     faults: Faults,
     fail_next: u32,
     lose_next: u32,
-    losing_answers_of: BTreeSet<String>,
+    /// Keys whose answers are lost, until when.
+    #[serde(serialize_with = "keys_only")]
+    losing_answers_of: BTreeMap<String, Instant>,
+}
+
+/// The longest a key's answers are lost: a forgotten fault heals on its own, so nothing
+/// stays unsettled because its demo stopped half way.
+pub const LOSING_AT_MOST: Duration = Duration::from_secs(120);
+
+fn keys_only<S: serde::Serializer>(
+    keys: &BTreeMap<String, Instant>,
+    to: S,
+) -> Result<S::Ok, S::Error> {
+    to.collect_seq(keys.keys())
 }
 
 pub struct Settings {
@@ -92,8 +105,11 @@ impl Settings {
         faults.lose_rate = change.lose_rate.unwrap_or(faults.lose_rate);
         now.fail_next += change.fail_next;
         now.lose_next += change.lose_next;
+        let at = Instant::now();
+        now.losing_answers_of.retain(|_, until| *until > at);
         if let Some(key) = change.lose_answers_of {
-            now.losing_answers_of.insert(key);
+            now.losing_answers_of
+                .insert(key, Instant::now() + LOSING_AT_MOST);
         }
         if let Some(key) = change.answer_again {
             now.losing_answers_of.remove(&key);
@@ -116,7 +132,11 @@ impl Settings {
             chance(now.faults.error_rate)
         };
         let lose = !fail
-            && if now.losing_answers_of.contains(key) {
+            && if now
+                .losing_answers_of
+                .get(key)
+                .is_some_and(|until| Instant::now() < *until)
+            {
                 true
             } else if now.lose_next > 0 {
                 now.lose_next -= 1;

@@ -33,6 +33,8 @@ pub struct Provider {
 pub struct Charge {
     /// `succeeded` or `declined`.
     status: String,
+    /// What the provider charged (its ledger's amount, to check against the order's).
+    pub amount_cents: i64,
     pub reference: String,
     pub started_at: DateTime<Utc>,
     pub ended_at: DateTime<Utc>,

@@ -157,7 +157,14 @@ $('#buy').addEventListener('submit', async (event) => {
   // Every answer that names an order (paid, reserved, declined, outcome pending) shows its payment.
   const orderId = body?.id ?? body?.order_id;
   if (orderId) followPayment(orderId);
-  else drawText($('#buy-payment'), () => '');
+  else {
+    // Nothing to follow: a poll of an earlier order stops drawing here.
+    followed = null;
+    const payment = $('#buy-payment');
+    delete payment.dataset.outcome;
+    delete payment.dataset.settledBy;
+    drawText(payment, () => '');
+  }
   if (status !== 201) return showError(out, status, body);
   draw(out, () => {
     out.className = 'result ok';
@@ -179,7 +186,10 @@ function paymentHtml(payment) {
   if (!payment) return esc(t('pay.none'));
   const key = markup(`<span class="mono" data-ident>${esc(payment.key)}</span>`);
   const outcome = markup(`<strong data-outcome="${esc(payment.outcome)}">${esc(t(`pay.outcome_${payment.outcome}`))}</strong>`);
-  const by = payment.settled_by ? t(`pay.by_${payment.settled_by}`) : t('pay.by_nobody');
+  // A payment settled before its settler was recorded has none: settled, by whom unknown.
+  const by = payment.settled_by
+    ? t(`pay.by_${payment.settled_by}`)
+    : t(payment.outcome === 'pending' ? 'pay.by_nobody' : 'pay.by_unrecorded');
   return tHtml('pay.line', { key, outcome, by });
 }
 
@@ -586,17 +596,20 @@ const MONEY_POLL_MS = 500;
 let moneyRun = 0;
 $('#money-lose').addEventListener('click', async () => {
   const run = (moneyRun += 1);
+  const button = $('#money-lose');
   const out = $('#money-result');
   const section = $('#money');
   const id = Number($('#money-product').value);
+  // A new run starts from blank books: nothing of the last run's stays on screen.
+  resetMoney();
+  button.disabled = true; // one reservation per click, whatever the double clicks
   const { status, body } = await api(`/api/products/${id}/lost-answer`, { method: 'POST', headers: adminHeaders() });
+  button.disabled = false;
   if (status !== 202) return showError(out, status, body);
   out.className = 'result ok';
   drawText(out, () => t('money.started', { id }));
   section.dataset.state = 'reserved';
-  delete section.dataset.seenPendingCharged;
   for (const li of section.querySelectorAll('.money-steps li')) li.classList.toggle('done', li.dataset.step === 'reserved');
-  drawText($('#money-verdict'), () => '');
   const deadline = Date.now() + 180_000;
   while (run === moneyRun && Date.now() < deadline) {
     const [shop, ledger] = await Promise.all([
@@ -611,6 +624,21 @@ $('#money-lose').addEventListener('click', async () => {
     await new Promise((r) => setTimeout(r, MONEY_POLL_MS));
   }
 });
+
+function resetMoney() {
+  const section = $('#money');
+  delete section.dataset.state;
+  delete section.dataset.seenPendingCharged;
+  for (const panel of [$('#money-shop'), $('#money-ledger')]) {
+    for (const key of Object.keys(panel.dataset)) delete panel.dataset[key];
+    for (const dd of panel.querySelectorAll('dd')) drawText(dd, () => '–');
+  }
+  for (const li of section.querySelectorAll('.money-steps li')) li.classList.remove('done');
+  const verdict = $('#money-verdict');
+  verdict.className = 'verdict';
+  drawText(verdict, () => '');
+  drawText($('#money-result'), () => '');
+}
 
 function drawMoney(order, line) {
   const section = $('#money');
@@ -630,7 +658,7 @@ function drawMoney(order, line) {
   drawText(field(ledger, 'key'), () => line.key);
   drawText(field(ledger, 'charge'), () => (charge ? t(`money.charge_${charge.status}`) : t('money.no_charge')));
   drawText(field(ledger, 'reference'), () => charge?.reference ?? '–');
-  drawText(field(ledger, 'amount'), () => (charge ? fmtMoney(order.amount_cents) : '–'));
+  drawText(field(ledger, 'amount'), () => (charge ? fmtMoney(charge.amount_cents) : '–'));
   const pending = payment?.outcome === 'pending';
   // The lesson: the ledger has the charge while the shop's intent is still pending.
   if (pending && charge?.status === 'succeeded') section.dataset.seenPendingCharged = 'true';
@@ -642,7 +670,8 @@ function drawMoney(order, line) {
   }
   const verdict = $('#money-verdict');
   if (state === 'settled') {
-    const agree = charge?.status === 'succeeded' && payment.outcome === 'succeeded' && payment.provider_ref === charge.reference;
+    const agree = charge?.status === 'succeeded' && payment.outcome === 'succeeded' && order.status === 'paid'
+      && payment.provider_ref === charge.reference && charge.amount_cents === order.amount_cents;
     verdict.className = `verdict ${agree ? 'ok' : 'bad'}`;
     drawText(verdict, () => t(agree ? 'money.agree' : 'money.disagree', { by: t(`pay.by_${payment.settled_by}`) }));
   }

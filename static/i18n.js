@@ -58,6 +58,7 @@ const en = {
   'pay.by_answer': 'settled by the provider\'s answer to this order',
   'pay.by_sweep': 'settled by the sweep (the answer was lost; it asked again under the same key)',
   'pay.by_nobody': 'the provider\'s answer has not come back: the sweep will ask again under the same key, never charge twice',
+  'pay.by_unrecorded': 'settled (by whom was not recorded: before this version)',
   'cycle.lock': 'lock cycle',
   'cycle.transaction': 'transaction',
 
@@ -363,6 +364,7 @@ const zh = {
   'pay.by_answer': '由支付服务商对本订单的应答结算',
   'pay.by_sweep': '由后台清理任务结算（应答丢失；它用同一个幂等键重新询问）',
   'pay.by_nobody': '支付服务商的应答还没有回来：后台清理任务会用同一个幂等键重新询问，绝不重复扣款',
+  'pay.by_unrecorded': '已结算（结算方未记录：早于这一版本）',
   'cycle.lock': '加锁周期',
   'cycle.transaction': '事务',
 

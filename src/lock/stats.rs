@@ -19,6 +19,7 @@ pub struct LockStats {
 /// What a waiter tells its product's statistics: each watch while it is set, each wake as it
 /// happens (not when the lock is granted: the page shows a herd waking while its waiters
 /// still wait).
+///
 /// Nobody's ([`Observer::NONE`]) for the recipes built on the fair lock (the semaphore's turns).
 pub(super) struct Observer<'a>(pub(super) Option<(&'a Zk, i64)>);
 
@@ -38,11 +39,14 @@ impl Observer<'_> {
 pub(super) struct Watching<'a>(&'a Observer<'a>);
 
 impl Watching<'_> {
-    /// The watch fired: one wake-up, and no longer watching.
+    /// The watch fired: one wake-up, and no longer watching, counted together (a reader of
+    /// the stats never sees the wake without the watch gone).
     pub(super) fn woke(self) {
         if let Some((zk, product_id)) = self.0 .0 {
             zk.count_wake(product_id);
         }
+        // Counted above: the guard's drop must not count the watch gone a second time.
+        std::mem::forget(self);
     }
 }
 
@@ -61,10 +65,14 @@ impl Zk {
         stats.get(&product_id).copied().unwrap_or_default()
     }
 
-    /// Counts one watch notification that woke a waiter for the product's lock.
+    /// Counts one watch notification that woke a waiter for the product's lock: a wake-up,
+    /// and one waiter fewer watching, under one lock.
     pub(super) fn count_wake(&self, product_id: i64) {
         let mut stats = self.inner.stats.lock().expect("stats poisoned");
-        stats.entry(product_id).or_default().wakeups += 1;
+        let product = stats.entry(product_id).or_default();
+        product.wakeups += 1;
+        product.watching = product.watching.saturating_sub(1);
+        drop(stats);
         self.inner
             .woken
             .lock()

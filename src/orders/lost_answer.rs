@@ -8,6 +8,10 @@
 //! provider answers again, and the sweep — once the order's attempt is surely over — asks it
 //! under the same key, hears "succeeded", and settles the order `paid`. Charged once, known
 //! late, never declared failed.
+//!
+//! The provider lets a key's fault lapse on its own after 2 minutes: with a
+//! `--request-timeout-ms` longer than that, the order's own last tries would be answered and
+//! the demo would end `settled_by: answer` instead.
 
 use anyhow::anyhow;
 use tokio::sync::oneshot;

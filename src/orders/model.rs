@@ -114,7 +114,8 @@ pub struct Payment {
     /// The provider's reference for the charge, once known.
     pub provider_ref: Option<String>,
     /// Who learnt the outcome: `answer` (the provider answered the order's own request) or
-    /// `sweep` (the answer was lost; the sweep asked again under the same key).
+    /// `sweep` (the answer was lost; the sweep asked again under the same key). `null` while
+    /// pending, and for a payment settled before this was recorded.
     pub settled_by: Option<String>,
     pub created_at: DateTime<Utc>,
     pub settled_at: Option<DateTime<Utc>>,

@@ -449,6 +449,10 @@ async fn a_lost_answer_is_seen_pending_beside_the_ledgers_charge_then_settled_by
     )
     .await;
     assert_eq!(shop.body["payment"]["key"], ledger.body["key"]);
+    assert_eq!(
+        ledger.body["charge"]["amount_cents"], shop.body["amount_cents"],
+        "the ledger charged the order's amount"
+    );
     wait_paid(&env, &order).await;
     let settled = send(http().get(format!("{base}/orders/{order}")))
         .await

@@ -1,5 +1,6 @@
-//! The provider's faults: rates for a sale under chaos, and one-shot counts for tests that
-//! need a fault to hit exactly the next charge.
+//! The provider's faults: rates for a sale under chaos, one-shot counts for tests that need a
+//! fault to hit exactly the next charge, and keys whose every answer is lost for a while (the
+//! page's money demo).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

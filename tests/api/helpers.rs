@@ -473,10 +473,19 @@ async fn template(base: &str) -> String {
             },
         )
         .await;
-        sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {name}"))
-            .execute(&admin)
-            .await
-            .expect("name the template database");
+        // And a backend seen gone can still hold on (the rename then says "being accessed by
+        // other users", as a fresh clone's fault run met): try again until it has left.
+        wait_until(Duration::from_secs(30), "the template's name", || async {
+            let renamed = sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {name}"))
+                .execute(&admin)
+                .await;
+            match renamed {
+                Ok(_) => Some(()),
+                Err(e) if e.to_string().contains("being accessed by other users") => None,
+                Err(e) => panic!("name the template database: {e}"),
+            }
+        })
+        .await;
     }
     admin.close().await;
     made.push(format!("{base} {name}"));

@@ -294,6 +294,16 @@ impl<T: serde::Serialize> IntoResponse for Json<T> {
     }
 }
 
+/// The teaching hooks that act on real locks and payments (demos, step-through, lock lab,
+/// the money demo): the admin, on a server started with `--allow-unsafe-guards` only.
+pub fn require_demos(config: &Config, headers: &HeaderMap) -> Result<(), ApiError> {
+    require_admin(config, headers)?;
+    if !config.allow_unsafe_guards {
+        return Err(ApiError::Domain(crate::error::Error::DemoDisabled));
+    }
+    Ok(())
+}
+
 /// Checks `Authorization: Bearer <admin token>`, comparing in constant time so the token
 /// cannot be guessed byte by byte from response timings.
 pub fn require_admin(config: &Config, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use super::{parse_id, require_admin, Json, Path};
+use super::{parse_id, require_admin, require_demos, Json, Path};
 use crate::error::Error;
 use crate::inventory::{self, Audit, NewProduct, Product};
 use crate::lock::{QueueView, Recipe};
@@ -206,10 +206,7 @@ async fn demo_target(
     headers: &HeaderMap,
     raw_id: &str,
 ) -> Result<(Product, Recipe), ApiError> {
-    require_admin(&state.config, headers)?;
-    if !state.config.allow_unsafe_guards {
-        return Err(ApiError::Domain(Error::DemoDisabled));
-    }
+    require_demos(&state.config, headers)?;
     let product = find(state, raw_id).await?;
     match product.guard.recipe() {
         Some(recipe) => Ok((product, recipe)),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use super::{parse_id, require_admin, Json, Path};
+use super::{parse_id, require_admin, require_demos, Json, Path};
 use crate::error::Error;
 use crate::inventory::{self, Product, TermsChange};
 use crate::lock::{Access, RwLockView, SemaphoreView};
@@ -164,7 +164,7 @@ async fn terms_lab(
     Path(id): Path<String>,
     Json(lab): Json<TermsLab>,
 ) -> Result<(StatusCode, Json<TermsLockState>), ApiError> {
-    lab_allowed(&state, &headers)?;
+    require_demos(&state.config, &headers)?;
     let id = known_product(&state, &id).await?;
     let target = |access| Target::Terms(id, access);
     match lab.action {
@@ -177,14 +177,6 @@ async fn terms_lab(
         StatusCode::ACCEPTED,
         Json(terms_lock_now(&state, id).await?),
     ))
-}
-
-fn lab_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    require_admin(&state.config, headers)?;
-    if !state.config.allow_unsafe_guards {
-        return Err(ApiError::Domain(Error::DemoDisabled));
-    }
-    Ok(())
 }
 
 /// The payment semaphore with this instance's lab holders of it.
@@ -275,7 +267,7 @@ async fn semaphore_lab(
     headers: HeaderMap,
     Json(lab): Json<SemaphoreLab>,
 ) -> Result<(StatusCode, Json<SemaphoreState>), ApiError> {
-    lab_allowed(&state, &headers)?;
+    require_demos(&state.config, &headers)?;
     if state.config.payment_concurrency == 0 {
         return Err(ApiError::Domain(Error::NoSemaphore));
     }

@@ -5,7 +5,8 @@
 //! - a **change** ([`change_terms`]) takes the product's terms lock for writing (ZooKeeper,
 //!   Curator's read-write lock layout), updates the row and bumps `terms_version`;
 //! - each **lock cycle** of a ZooKeeper-guarded product holds the read side from before it
-//!   queues for the stock lock until its commit (`Zk::lock_for_sale`), and reads the terms
+//!   queues for the stock lock until its commit (`Zk::lock_for_sale`; an instance's cycles
+//!   share one read node, kept across them until a writer queues), and reads the terms
 //!   from the row in its own stock transaction ([`Current`]), not from the cache.
 //!
 //! So a change waits for the cycles already deciding under the old terms, on every instance,

@@ -40,6 +40,7 @@ mod herd;
 mod node;
 mod reentrant;
 mod rwlock;
+mod sale_read;
 mod semaphore;
 mod session;
 mod stats;
@@ -78,9 +79,9 @@ pub struct StockLock {
     /// Watch notifications this acquisition woke up for (1 per wait in a fair queue; up
     /// to one per release in a herd).
     pub wakeups: u64,
-    /// The product's terms, read-locked for a sale's lock cycle (see [`Zk::lock_terms`]);
-    /// released with the stock lock, after the commit.
-    _terms: Option<TermsLock>,
+    /// The product's terms, read-locked for a sale's lock cycle (the instance's hold, shared
+    /// by its cycles: see [`sale_read`]); let go with the stock lock, after the commit.
+    _terms: Option<Arc<sale_read::SaleRead>>,
 }
 
 impl StockLock {
@@ -249,9 +250,11 @@ impl Zk {
     }
 
     /// The lock a sale's lock cycle takes: the product's terms read-locked first (see
-    /// [`rwlock`]), then its stock lock, both within `timeout`, released together. In this
-    /// order only: a cycle holding the stock lock never waits for the terms, so a terms
-    /// change queued between cycles cannot deadlock with them.
+    /// [`rwlock`]; the instance's read node is shared by its cycles and kept across them
+    /// until a writer queues, see [`sale_read`]), then its stock lock, both within
+    /// `timeout`, let go together. In this order only: a cycle holding the stock lock never
+    /// waits for the terms, so a terms change queued between cycles cannot deadlock with
+    /// them.
     pub async fn lock_for_sale(
         &self,
         product_id: i64,
@@ -311,16 +314,8 @@ impl Zk {
         let instance = self.instance();
         let woke = Observer(Some((self, product_id)));
         let acquire = async {
-            // Always in the shared session: the demos' own sessions are for the stock lock.
             let terms = match for_sale {
-                true => {
-                    let data = format!("{instance}#sale");
-                    let dir = self.terms_lock_dir(product_id);
-                    let shared = self.client();
-                    let read =
-                        rwlock::acquire(&shared, &dir, Access::Read, data.as_bytes(), self.acls());
-                    Some((read.await?, started.elapsed()))
-                }
+                true => Some(self.read_for_sale(product_id, started).await?),
                 false => None,
             };
             let (node, zxid, wakeups) = match recipe {
@@ -337,7 +332,6 @@ impl Zk {
         let (terms, node, zxid, wakeups) = acquired.inspect_err(|e| {
             metrics::lock_failed(recipe.as_str(), e.reason());
         })?;
-        let terms = terms.map(|(node, waited)| TermsLock::granted(node, Access::Read, waited));
         let waited = started.elapsed();
         metrics::lock_granted(recipe.as_str(), waited);
         tracing::debug!(

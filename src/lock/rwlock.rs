@@ -7,9 +7,11 @@
 //! holds it when it is first and otherwise watches the node just before it. A writer is
 //! never starved: readers that come after it queue behind it.
 //!
-//! The service read-locks a product's terms for each sale lock cycle and write-locks them
-//! to change them (`inventory::change_terms`): a change waits for the cycles deciding under
-//! the old terms, on every instance, and the cycles after it see the new ones.
+//! The service holds a product's terms for reading in each sale lock cycle (one read node
+//! per instance, shared by its cycles while no writer waits: see `sale_read`) and
+//! write-locks them to change them (`inventory::change_terms`): a change waits for the
+//! cycles deciding under the old terms, on every instance, and the cycles after it see the
+//! new ones.
 
 use std::time::{Duration, Instant};
 

@@ -54,6 +54,8 @@ pub(super) struct Inner {
     pub(super) woken: Mutex<HashSet<i64>>,
     /// Stock locks held by an [`super::Owner`], for its re-entries.
     pub(super) reentries: super::reentrant::Reentries<super::Grant>,
+    /// The terms read side each product's sale holds across its lock cycles.
+    pub(super) sale_reads: super::sale_read::SaleReads,
     /// Flipped on shutdown so background tasks drop their clients and the session can close.
     closing: watch::Sender<bool>,
 }
@@ -99,6 +101,7 @@ impl Zk {
                 stats: Mutex::new(HashMap::new()),
                 woken: Mutex::new(HashSet::new()),
                 reentries: Default::default(),
+                sale_reads: Default::default(),
                 closing: watch::channel(false).0,
             }),
         };
@@ -205,6 +208,7 @@ impl Zk {
             Err(_) => tracing::warn!("deleting our lock nodes took over 2s; closing"),
         }
         let mut watcher = self.client().state_watcher();
+        self.inner.sale_reads.clear();
         self.inner.closing.send_replace(true);
         drop(self);
         let closed = async { while !watcher.changed().await.is_terminated() {} };

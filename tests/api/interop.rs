@@ -345,3 +345,68 @@ async fn curators_read_write_lock_and_ours_share_and_exclude_as_one() {
         "acquired"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_curator_writer_excludes_every_sale_cycle_though_the_sale_keeps_its_read_node() {
+    let env = TestEnv::new().await;
+    let app = patient_app(&env).await;
+    let product = create_product(&app.base_url, 10, "zk").await;
+    let path = format!("{}/locks/terms/{product}", env.zk_root);
+    let rw = |args: &[&str]| {
+        let mut all = vec![path.clone()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        java(&env, "CuratorRwLock.java", &all)
+    };
+    let zk = env.zk_client_as(AUTH).await;
+    let order = |buyer: &str| spawn_order(&app.base_url, product, buyer);
+
+    // Two lock cycles, one read node: the sale keeps it across its cycles.
+    assert_eq!(
+        order("a").await.unwrap().unwrap().status,
+        StatusCode::CREATED
+    );
+    let kept = zk.list_children(&path).await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].contains("__READ__"), "{kept:?}");
+    assert_eq!(
+        order("b").await.unwrap().unwrap().status,
+        StatusCode::CREATED
+    );
+    assert_eq!(zk.list_children(&path).await.unwrap(), kept);
+
+    // No cycle in flight: a Curator writer that queues gets the write side (the kept node
+    // goes once it is seen), and no cycle decides while it holds.
+    let (mut writer, mut out) = holding(rw(&["write", "hold"])).await;
+    assert!(!zk.list_children(&path).await.unwrap().contains(&kept[0]));
+    let behind = order("c");
+    wait_until(
+        Duration::from_secs(30),
+        "our cycle's reader queued behind Curator's writer",
+        || async {
+            let queue = zk.list_children(&path).await.ok()?;
+            (queue.iter().filter(|n| n.contains("__READ__")).count() == 1).then_some(())
+        },
+    )
+    .await;
+    assert!(!behind.is_finished());
+    assert_eq!(env.stock(product).await, 8);
+    let_go(&mut writer, &mut out).await;
+    assert_eq!(behind.await.unwrap().unwrap().status, StatusCode::CREATED);
+    let fresh = zk.list_children(&path).await.unwrap();
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert_ne!(fresh, kept, "a read node of its own, after the writer's");
+
+    // A cycle in flight holds the kept node: a Curator writer waits for it.
+    let mut hold = app.holds.hold_next(product);
+    let held = order("d");
+    hold.reached().await;
+    assert_eq!(attempt(&mut rw(&["write", "try", "500"])).await, "timeout");
+    assert!(!held.is_finished(), "the cycle held throughout");
+    hold.release();
+    assert_eq!(held.await.unwrap().unwrap().status, StatusCode::CREATED);
+    assert_eq!(
+        attempt(&mut rw(&["write", "try", "10000"])).await,
+        "acquired"
+    );
+    assert_eq!(env.stock(product).await, 6);
+}

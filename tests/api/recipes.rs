@@ -248,11 +248,87 @@ async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_n
         .await
         .unwrap();
     assert_eq!(after.body["amount_cents"], 2500, "{after:?}");
-    wait_until(Duration::from_secs(30), "the read side let go", || async {
-        let view = terms_lock(&app.base_url, product).await;
-        view["holders"].as_array()?.is_empty().then_some(())
-    })
+    // The writer gone, the sale's cycles hold the read side again, on a node of their own
+    // (made after the writer's), kept for the cycles to come.
+    let view = wait_until(
+        Duration::from_secs(30),
+        "the sale reading again",
+        || async {
+            let view = terms_lock(&app.base_url, product).await;
+            (each(&view["holders"], "label") == ["sale"] && view["waiters"].as_array()?.is_empty())
+                .then_some(view)
+        },
+    )
     .await;
+    assert_eq!(view["holders"][0]["access"], "read", "{view}");
+}
+
+/// ZooKeeper writes this instance has sent: creates and deletes.
+async fn zk_writes(base: &str) -> (f64, f64) {
+    let metrics = scrape(base).await;
+    let op = |op: &str| {
+        let series = format!("seckill_zk_operations_total{{op=\"{op}\"}}");
+        metrics.get(&series).copied().unwrap_or(0.0)
+    };
+    (op("create"), op("delete"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sales_lock_cycle_costs_zookeeper_two_writes_while_no_terms_change_waits() {
+    let env = TestEnv::new().await;
+    // Metrics are process-wide: a process of its own.
+    let app = env.spawn_process("two-writes", &[]).await;
+    let product = create_product_with(
+        &app.base_url,
+        json!({ "stock": 20, "batch_max": 1, "per_user_limit": 20 }),
+    )
+    .await;
+    let zk = env.zk_client().await;
+    let terms_dir = format!("{}/locks/terms/{product}", env.zk_root);
+    let start = zk_writes(&app.base_url).await;
+    let first = place_order(&http(), &app.base_url, product, "first")
+        .await
+        .unwrap();
+    assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+    let held = zk.list_children(&terms_dir).await.unwrap();
+    assert_eq!(held.len(), 1, "the sale's read node: {held:?}");
+    // The first cycle's stock lock node is deleted in the background, after the answer.
+    let before = wait_until(
+        Duration::from_secs(10),
+        "the first cycle's node gone",
+        || async {
+            let now = zk_writes(&app.base_url).await;
+            (now.1 > start.1).then_some(now)
+        },
+    )
+    .await;
+
+    const CYCLES: usize = 5;
+    for i in 0..CYCLES {
+        let paid = place_order(&http(), &app.base_url, product, &format!("buyer-{i}"))
+            .await
+            .unwrap();
+        assert_eq!(paid.status, StatusCode::CREATED, "{paid:?}");
+    }
+    // One lock cycle per order (batch_max 1), each its stock lock node created and deleted:
+    // the first cycle's terms read node serves them all.
+    let after = wait_until(
+        Duration::from_secs(10),
+        "the cycles' nodes gone",
+        || async {
+            let now = zk_writes(&app.base_url).await;
+            (now.1 - before.1 >= CYCLES as f64).then_some(now)
+        },
+    )
+    .await;
+    let writes = (after.0 - before.0) + (after.1 - before.1);
+    assert_eq!(
+        writes,
+        2.0 * CYCLES as f64,
+        "2 writes per cycle: {before:?} → {after:?}"
+    );
+    let still = zk.list_children(&terms_dir).await.unwrap();
+    assert_eq!(still, held, "the same read node throughout");
 }
 
 #[tokio::test(flavor = "multi_thread")]

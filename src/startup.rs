@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::events::Events;
 use crate::flags::Flags;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, Handles};
 use crate::idempotency;
 use crate::inventory::{self, Catalog};
 use crate::lock::Zk;
@@ -124,7 +124,7 @@ impl Application {
             &teaching,
             Rules::of(&config),
         );
-        let state = AppState {
+        let state = AppState::new(Handles {
             shop,
             db,
             zk,
@@ -138,7 +138,7 @@ impl Application {
                 config.view_refresh_ms,
             ))),
             config: Arc::new(config),
-        };
+        });
         Ok(Application {
             listener,
             state,

@@ -46,9 +46,29 @@ use crate::orders::Shop;
 use crate::teaching::Teaching;
 use error::ApiError;
 
-/// What the handlers use. Cheap to clone: every field is a handle.
+/// What the handlers use, behind one `Arc`. Axum clones the state for every request (the
+/// router, each `State` extractor); a clone of a dozen handles would be a dozen atomic
+/// increments, and as many decrements, on counters every core shares: before this `Arc`,
+/// cloning and dropping the state took 12 % of an instance's CPU on `GET /healthz` (perf).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Handles>);
+
+impl AppState {
+    pub fn new(handles: Handles) -> AppState {
+        AppState(Arc::new(handles))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Handles;
+
+    fn deref(&self) -> &Handles {
+        &self.0
+    }
+}
+
+/// The handles in [`AppState`].
+pub struct Handles {
     /// The order path: placing, paying, looking orders up.
     pub shop: Shop,
     /// Products, audits, orders by id.

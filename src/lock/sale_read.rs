@@ -27,7 +27,6 @@ use zookeeper_client as zk;
 
 use super::node::{self, OwnNode};
 use super::rwlock::{self, Access};
-use super::session::Inner;
 use super::Zk;
 use crate::telemetry::metrics;
 
@@ -123,7 +122,7 @@ impl Zk {
         let (kept, ours) = self.inner.sale_reads.keep(product_id, read);
         if ours {
             tokio::spawn(retire_when_a_writer_queues(
-                Arc::downgrade(&self.inner),
+                Arc::downgrade(&self.inner.sale_reads),
                 client,
                 Queued {
                     product_id,
@@ -148,7 +147,7 @@ struct Queued {
 /// Watches the lock's directory until a writer queues after our node (or our node is gone,
 /// or we cannot tell), then retires the hold.
 async fn retire_when_a_writer_queues(
-    inner: Weak<Inner>,
+    holds: Weak<SaleReads>,
     client: zk::Client,
     queued: Queued,
     read: Weak<SaleRead>,
@@ -187,7 +186,7 @@ async fn retire_when_a_writer_queues(
             _ = closing.changed() => break,
         }
     }
-    if let Some(inner) = inner.upgrade() {
-        inner.sale_reads.retire(queued.product_id, &read);
+    if let Some(holds) = holds.upgrade() {
+        holds.retire(queued.product_id, &read);
     }
 }

@@ -55,7 +55,7 @@ pub(super) struct Inner {
     /// Stock locks held by an [`super::Owner`], for its re-entries.
     pub(super) reentries: super::reentrant::Reentries<super::Grant>,
     /// The terms read side each product's sale holds across its lock cycles.
-    pub(super) sale_reads: super::sale_read::SaleReads,
+    pub(super) sale_reads: Arc<super::sale_read::SaleReads>,
     /// Flipped on shutdown so background tasks drop their clients and the session can close.
     closing: watch::Sender<bool>,
 }

@@ -288,7 +288,7 @@ const en = {
   'sem.cleared': 'Ended every lab charge on this instance.',
   'rw.heading': 'Read-write lock: a product\'s terms',
   'rw.explain':
-    'Readers share the lock; a writer holds it alone. Every sale lock cycle of a <code>zk</code> product reads the product\'s terms (price, limits, reservation time) under the read side while it queues for and holds the stock lock; changing the terms (<code>PUT /api/products/{id}/terms</code>) takes the write side, so no lock cycle decides under terms that are changing. An instance\'s cycles share one read node (the holder labelled <em>sale</em>), kept from cycle to cycle until a writer queues: two ZooKeeper writes per cycle, not four. A reader watches the first writer ahead of it, a writer the node just before its own. Readers that arrive behind a waiting writer wait too: a writer never starves.',
+    'Readers share the lock; a writer holds it alone. Every sale lock cycle of a <code>zk</code> product reads the product\'s terms (price, limits, reservation time) under the read side while it queues for and holds the stock lock; changing the terms (<code>PUT /api/products/{id}/terms</code>) takes the write side, so no lock cycle decides under terms that are changing. An instance\'s cycles share one read node (the holder labelled <em>sale</em>), kept from cycle to cycle until a writer queues (a cycle that starts before the instance sees the writer is served first): two ZooKeeper writes per cycle, not four. A reader watches the first writer ahead of it, a writer the node just before its own. Readers that arrive behind a waiting writer wait too: a writer never starves.',
   'rw.product': 'Product',
   'rw.holders': 'Holding',
   'rw.waiters': 'Waiting, in queue order',
@@ -588,7 +588,7 @@ const zh = {
   'sem.cleared': '已结束本实例的全部实验扣款。',
   'rw.heading': '读写锁：商品的销售条款',
   'rw.explain':
-    '读者共享锁；写者独占锁。<code>zk</code> 商品的每个加锁周期在排队和持有库存锁期间，都以读锁读取商品的条款（价格、限购、预留时长）；修改条款（<code>PUT /api/products/{id}/terms</code>）要拿写锁，所以不会有加锁周期按正在修改的条款做判定。同一实例的各个周期共用一个读节点（标为 <em>sale</em> 的持有者），从一个周期保留到下一个，直到有写者排队：每个周期两次 ZooKeeper 写，而不是四次。读者监听排在它前面的第一个写者，写者监听紧挨在自己前面的节点。排在等待中的写者之后到达的读者也要等待：写者不会被饿死。',
+    '读者共享锁；写者独占锁。<code>zk</code> 商品的每个加锁周期在排队和持有库存锁期间，都以读锁读取商品的条款（价格、限购、预留时长）；修改条款（<code>PUT /api/products/{id}/terms</code>）要拿写锁，所以不会有加锁周期按正在修改的条款做判定。同一实例的各个周期共用一个读节点（标为 <em>sale</em> 的持有者），从一个周期保留到下一个，直到有写者排队（在实例看到写者之前开始的周期先得到服务）：每个周期两次 ZooKeeper 写，而不是四次。读者监听排在它前面的第一个写者，写者监听紧挨在自己前面的节点。排在等待中的写者之后到达的读者也要等待：写者不会被饿死。',
   'rw.product': '商品',
   'rw.holders': '持有中',
   'rw.waiters': '等待中（按排队顺序）',

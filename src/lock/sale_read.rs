@@ -11,6 +11,9 @@
 //! of them. The writer, queued behind that node like behind any reader's, is granted then;
 //! cycles after the retirement queue behind the writer with a node of their own.
 //!
+//! A hold no cycle has used for a minute is retired too (a sale that is over keeps no
+//! node, watch or task).
+//!
 //! Exclusion is the rwlock's own: a writer is granted only once every reader node before it
 //! is gone, and ours goes only when no cycle holds it. The watch's delay lets a cycle that
 //! starts just after a writer queued still join the old hold; it is served before the writer,
@@ -20,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use zookeeper_client as zk;
@@ -103,8 +106,14 @@ impl Zk {
         // Always in the shared session: the demos' own sessions are for the stock lock.
         let client = self.client();
         let session = client.session_id();
-        if let Some(read) = self.inner.sale_reads.get(product_id, &session) {
-            return Ok(read);
+        // A session ZooKeeper expired may still be ours until the client notices; its node
+        // is gone, and a demo cycle, whose stock lock is taken in a session of its own,
+        // would decide unguarded by it. Connected, the node is there (the watch retires the
+        // hold when it goes).
+        if self.connected() {
+            if let Some(read) = self.inner.sale_reads.get(product_id, &session) {
+                return Ok(read);
+            }
         }
         let dir = self.terms_lock_dir(product_id);
         let data = format!("{}#sale", self.instance());
@@ -184,9 +193,26 @@ async fn retire_when_a_writer_queues(
         tokio::select! {
             _ = watcher.changed() => {}
             _ = closing.changed() => break,
+            () = idle(&read) => break,
         }
     }
     if let Some(holds) = holds.upgrade() {
         holds.retire(queued.product_id, &read);
+    }
+}
+
+/// How long a hold no cycle uses is kept: a product whose sale is over (or paused) gives up
+/// its read node, its watch and this task.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Resolves once, at one of its checks `IDLE` apart, no cycle holds `read` (only the map
+/// does). A sale that runs on keeps it; one caught between two cycles gives it up, and its
+/// next cycle takes a new node: 2 writes per product per minute at most.
+async fn idle(read: &Weak<SaleRead>) {
+    loop {
+        tokio::time::sleep(IDLE).await;
+        if read.strong_count() <= 1 {
+            return;
+        }
     }
 }

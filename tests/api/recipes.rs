@@ -220,6 +220,7 @@ async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_n
     hold.reached().await;
     let view = terms_lock(&app.base_url, product).await;
     assert_eq!(each(&view["holders"], "label"), ["sale"], "{view}");
+    let old_node = view["holders"][0]["node"].clone();
 
     let (base, change) = (app.base_url.clone(), json!({ "price_cents": 2500 }));
     let changing = tokio::spawn(async move { change_terms(&base, product, change).await });
@@ -261,6 +262,10 @@ async fn a_terms_change_waits_for_the_cycle_deciding_and_the_next_sells_on_the_n
     )
     .await;
     assert_eq!(view["holders"][0]["access"], "read", "{view}");
+    assert_ne!(
+        view["holders"][0]["node"], old_node,
+        "a node made after the writer's"
+    );
 }
 
 /// ZooKeeper writes this instance has sent: creates and deletes.

@@ -28,24 +28,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use super::node::{self, OwnNode};
-use super::rwlock::{self, Access};
+use super::node;
+use super::rwlock::{self, Access, TermsLock};
 use super::Zk;
 use crate::telemetry::metrics;
 
 /// The read side of one product's terms lock, shared by this instance's lock cycles. When
 /// the last holder drops it (after its retirement), its node is deleted.
 pub(super) struct SaleRead {
-    _node: OwnNode,
+    /// The read node (its drop deletes it) and the lock's metrics, as any terms lock's.
+    _lock: TermsLock,
     /// The session the node belongs to: a hold from an ended session is never handed out.
     session: zk::SessionId,
-    granted: Instant,
-}
-
-impl Drop for SaleRead {
-    fn drop(&mut self) {
-        metrics::lock_released(Access::Read.as_str(), self.granted.elapsed());
-    }
 }
 
 /// This instance's holds, one per product at most.
@@ -122,11 +116,9 @@ impl Zk {
         let Some((mine, _)) = node.path.as_deref().and_then(rwlock::parse) else {
             return Err(zk::Error::RuntimeInconsistent);
         };
-        metrics::lock_granted(Access::Read.as_str(), started.elapsed());
         let read = Arc::new(SaleRead {
-            _node: node,
+            _lock: TermsLock::granted(node, Access::Read, started.elapsed()),
             session,
-            granted: Instant::now(),
         });
         let (kept, ours) = self.inner.sale_reads.keep(product_id, read);
         if ours {

@@ -109,8 +109,7 @@ impl Settings {
         let at = Instant::now();
         now.losing_answers_of.retain(|_, until| *until > at);
         if let Some(key) = change.lose_answers_of {
-            now.losing_answers_of
-                .insert(key, Instant::now() + LOSING_AT_MOST);
+            now.losing_answers_of.insert(key, at + LOSING_AT_MOST);
         }
         if let Some(key) = change.answer_again {
             now.losing_answers_of.remove(&key);

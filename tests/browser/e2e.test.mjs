@@ -162,11 +162,21 @@ test('the simulator sells a zk product exactly and shows a none product oversell
   await page.selectOption('#queue-product', String(zk));
   await page.fill('#sim-buyers', '120');
 
+  // The queue must be seen live, and a fast sale can be over before the page draws it: in
+  // step mode the first holder keeps the lock after its commit (nothing sold changes), so
+  // the buyers behind it wait until the page has shown them, then the sale runs on.
+  const step = (action) => fetch(`${a}/api/products/${zk}/step`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ action }),
+  });
+  assert.equal((await step('start')).status, 202);
   // Buyers through the second instance too: one queue across instances.
   const elsewhere = buyAll(b, zk, 20, 'elsewhere');
   await page.click('#sim-run');
   await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
   await page.screenshot({ path: join(shots, 'queue-during-sale.png'), fullPage: true });
+  assert.equal((await step('stop')).status, 202);
   await elsewhere;
 
   await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });

@@ -120,6 +120,18 @@ after(async () => {
   for (const child of servers) child.kill('SIGTERM');
 });
 
+// The queue must be seen live, and a fast sale can be over before the page draws it (CI
+// failed so twice): in step mode every holder keeps the lock after its commit (nothing sold
+// changes) until 'stop', so the page has a holder and waiters to draw; then the sale runs on.
+async function stepMode(base, product, action) {
+  const res = await fetch(`${base}/api/products/${product}/step`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ action }),
+  });
+  assert.equal(res.status, 202, `step ${action}: ${await res.text()}`);
+}
+
 // `count` buyers named `{prefix}-{i}` order one unit each, all at once, without the page.
 function buyAll(base, product, count, prefix) {
   return Promise.all(
@@ -162,21 +174,13 @@ test('the simulator sells a zk product exactly and shows a none product oversell
   await page.selectOption('#queue-product', String(zk));
   await page.fill('#sim-buyers', '120');
 
-  // The queue must be seen live, and a fast sale can be over before the page draws it: in
-  // step mode the first holder keeps the lock after its commit (nothing sold changes), so
-  // the buyers behind it wait until the page has shown them, then the sale runs on.
-  const step = (action) => fetch(`${a}/api/products/${zk}/step`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ action }),
-  });
-  assert.equal((await step('start')).status, 202);
+  await stepMode(a, zk, 'start');
   // Buyers through the second instance too: one queue across instances.
   const elsewhere = buyAll(b, zk, 20, 'elsewhere');
   await page.click('#sim-run');
   await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
   await page.screenshot({ path: join(shots, 'queue-during-sale.png'), fullPage: true });
-  assert.equal((await step('stop')).status, 202);
+  await stepMode(a, zk, 'stop');
   await elsewhere;
 
   await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
@@ -424,10 +428,12 @@ test('long ZooKeeper paths and lock owners wrap on a phone screen', async () => 
   await page.locator('#queue-path', { hasText: `${root}/locks/` }).waitFor({ timeout: 10_000 });
 
   // Buyers, so tickets with their owners join the path on screen.
+  await stepMode(phone, zk, 'start');
   const buyers = buyAll(phone, zk, 40, 'phone');
-  await page.locator('#queue .ticket').first().waitFor({ timeout: 15_000 });
+  await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
   const width = await page.evaluate(() => document.documentElement.scrollWidth);
   await page.screenshot({ path: join(shots, 'phone-long-root.png'), fullPage: true });
+  await stepMode(phone, zk, 'stop');
   await buyers;
   assert.ok(width <= 375, `the page is ${width} px wide on a 375 px screen`);
   await page.close();
@@ -623,9 +629,11 @@ test('in 中文 no English sentence is left, and in English no Chinese, with eve
   await page.selectOption('#lane-b .lane-product', String(none));
   await page.selectOption('#queue-product', String(zk));
   await page.fill('#sim-buyers', '60');
+  await stepMode(a, zk, 'start');
   await page.click('#sim-run');
-  await page.locator('#queue .ticket').first().waitFor({ timeout: 15_000 });
+  await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
   await check();
+  await stepMode(a, zk, 'stop');
   await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
   await page.locator('#lane-b[data-state="done"]').waitFor({ timeout: 60_000 });
   await page.locator('#log li', { hasText: '崩溃' }).waitFor({ timeout: 30_000 });

@@ -173,21 +173,21 @@ def psql(sql, db="postgres"):
                           check=True).stdout
 
 
-def profile(inst, seconds, run_id):
-    """zk batched, 1 hot product, once more with the profilers on: a flame graph of instance
-    0 (perf, software clock: this machine has no hardware counters) and PostgreSQL's own
-    count of every statement (pg_stat_statements) per paid order."""
+def profile(inst, seconds, run_id, hot):
+    """zk batched, `hot` hot products, once more with the profilers on: a flame graph of
+    instance 0 (perf, software clock: this machine has no hardware counters) and PostgreSQL's
+    own count of every statement (pg_stat_statements) per paid order."""
     db = inst.db
     psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db)
-    products = [inst.product("zk", 256)]
+    products = [inst.product("zk", 256) for _ in range(hot)]
     wrk(inst.urls, products, 100, 1, f"{run_id}-warm")
     psql("SELECT pg_stat_statements_reset()", db)
     data = RESULTS / "profile.perf.data"
     perf = subprocess.Popen(
-        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "199", "--call-graph", "dwarf,16384",
+        ["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf,16384",
          "-p", str(inst.procs[0].pid), "-o", str(data), "--", "sleep", str(seconds)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-profile")
+    counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-profile-{hot}")
     perf.wait(timeout=120)
     paid = max(counts["created"], 1)
     rows = psql(
@@ -203,14 +203,21 @@ def profile(inst, seconds, run_id):
                            "rows": int(nrows), "query": query})
     script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
                             text=True).stdout
+    name = flame_name(hot)
     subprocess.run([sys.executable, str(ROOT / "loadtest" / "flame.py"),
-                    f"seckill instance at saturation (zk batched, 1 hot product), {run_id}",
-                    str(RESULTS / "flame.svg"), str(RESULTS / "flame.folded")],
+                    f"seckill instance at saturation (zk batched, {hot} hot product"
+                    f"{'s' if hot > 1 else ''}), {run_id}",
+                    str(RESULTS / f"{name}.svg"), str(RESULTS / f"{name}.folded")],
                    input=script, text=True, check=True)
     data.unlink(missing_ok=True)
-    bench.log(f"profile: {counts['created'] / counts['seconds']:.0f} paid/s under perf; "
-              "flame graph in loadtest/results/flame.svg")
-    return {"paid": counts["created"], "seconds": counts["seconds"], "statements": statements}
+    bench.log(f"profile, {hot} hot: {counts['created'] / counts['seconds']:.0f} paid/s under "
+              f"perf; flame graph in loadtest/results/{name}.svg")
+    return {"hot": hot, "paid": counts["created"], "seconds": counts["seconds"],
+            "statements": statements, "flame": f"{name}.svg"}
+
+
+def flame_name(hot):
+    return "flame" if hot == 1 else f"flame-{hot}hot"
 
 
 def main():
@@ -221,6 +228,11 @@ def main():
     parser.add_argument("--provider-pid", type=int, required=True)
     parser.add_argument("--rows", help="only these rows (0-based, comma-separated), for a "
                         "quick comparison; the profile is skipped")
+    parser.add_argument("--profile", help="hot product counts to profile after the rows "
+                        "(comma-separated; a full run profiles 1,100; none with --rows unless "
+                        "given)")
+    parser.add_argument("--out", help="the report's name under loadtest/results/ (default: "
+                        "saturation, or saturation-partial with --rows)")
     parser.add_argument("--baseline", help="another seckill binary (an older commit's): each "
                         "row runs on it too, right after ours, for ratios from one run")
     args = parser.parse_args()
@@ -247,14 +259,15 @@ def main():
                 result["build"] = name
                 rows.append(result)
         rss = {name: inst.peak_rss() for name, inst in fleets.items()}
-        prof = None if args.quick or args.rows else profile(fleets["this"], seconds, run_id)
+        hots = args.profile or ("" if args.quick or args.rows else "1,100")
+        prof = [profile(fleets["this"], seconds, run_id, int(h)) for h in hots.split(",") if h]
     finally:
         for inst in fleets.values():
             inst.stop()
     results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
                "peak_rss_mib": rss, "profile": prof, "baseline": args.baseline,
                "machine": {"cores": os.cpu_count()}}
-    name = "saturation-partial" if args.rows else "saturation"
+    name = args.out or ("saturation-partial" if args.rows else "saturation")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
     (RESULTS / f"{name}.md").write_text(markdown(results))
     print(markdown(results))
@@ -319,14 +332,19 @@ def markdown(r):
             out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
                        f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
                        "the CPU per paid order")
-    if r.get("profile"):
-        out += ["", "## Profile (this build, zk batched, 1 hot product, one more run with the "
-                "profilers on)", "", "Flame graph of instance 0: [flame.svg](flame.svg) (perf, "
+    profiles = r.get("profile") or []
+    if isinstance(profiles, dict):  # one profile (1 hot), as runs before --profile wrote it
+        profiles = [{"hot": 1, "flame": "flame.svg", **profiles}]
+    for prof in profiles:
+        hot = prof["hot"]
+        out += ["", f"## Profile (this build, zk batched, {hot} hot product"
+                f"{'s' if hot > 1 else ''}, one more run with the profilers on)", "",
+                f"Flame graph of instance 0: [{prof['flame']}]({prof['flame']}) (perf, "
                 "software clock). PostgreSQL's statements per paid order (pg_stat_statements, "
                 "the ledger's too; "
                 "execution time is wall time, queueing for the CPU included):", "",
                 "| database | calls / paid | exec µs / paid | statement |", "|---|---|---|---|"]
-        for st in r["profile"]["statements"]:
+        for st in prof["statements"]:
             q = st["query"].replace("|", "\\|")
             out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
                        f"{st['us_per_paid']:.1f} | `{q}` |")

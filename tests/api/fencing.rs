@@ -350,3 +350,67 @@ async fn a_stranger_ensemble_cannot_fence_a_live_fleet_out() {
     assert_eq!(env.stock(product).await, 6);
     assert_eq!(audit(&stranger.base_url, product).await["consistent"], true);
 }
+
+/// A stale holder's write still in flight (the row locked) when the next holder claims the
+/// row: the claim waits for it, and what it committed must be in what the new holder decides
+/// with. Here that write reserved the last unit unpaid reservations may hold, so the next
+/// reservation is refused (with the write missing from the read, it would be granted: one
+/// over the cap). A claim and read merged into one statement, whose snapshot predates the
+/// wait, failed this until it read again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_that_waited_for_a_stale_write_decides_with_what_it_committed() {
+    let env = TestEnv::new().await;
+    // 10 units: unpaid reservations may hold 1.
+    let app = env.spawn_app(&["--max-unpaid-share", "0.1"]).await;
+    let product = create_product(&app.base_url, 10, "zk").await;
+    let mut stale = env.db.begin().await.unwrap();
+    sqlx::query("UPDATE products SET stock = stock - 1, updated_at = now() WHERE id = $1")
+        .bind(product)
+        .execute(&mut *stale)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO orders (id, product_id, user_id, quantity, amount_cents, status, expires_at)
+         VALUES ($1, $2, 'stale-buyer', 1, 100, 'reserved', now() + interval '1 hour')",
+    )
+    .bind(Uuid::new_v4())
+    .bind(product)
+    .execute(&mut *stale)
+    .await
+    .unwrap();
+
+    let late = {
+        let base = app.base_url.clone();
+        tokio::spawn(async move { reserve(&base, product, "late-buyer").await })
+    };
+    wait_until(
+        Duration::from_secs(15),
+        "the claim to wait for the stale write's row lock",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND query LIKE '%UPDATE products p SET fence_epoch%'",
+            )
+            .fetch_one(&env.db)
+            .await
+            .ok()?;
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    stale.commit().await.unwrap();
+
+    let reply = late.await.unwrap();
+    assert_eq!(
+        (reply.status, reply.code()),
+        (StatusCode::CONFLICT, "too_many_unpaid"),
+        "{reply:?}"
+    );
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+        .bind(product)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(stock, 9, "only the stale write's unit is gone");
+}

@@ -50,7 +50,8 @@ pub(super) struct Inner {
     pub(super) waiters: Mutex<HashMap<i64, Arc<Semaphore>>>,
     /// Per product, what its acquisitions cost (shown on the teaching page).
     pub(super) stats: Mutex<HashMap<i64, LockStats>>,
-    /// Products whose waiters woke since the event feed last looked (see `Zk::take_woken`).
+    /// Products whose waiters woke or began or stopped watching since the event feed last
+    /// looked (see `Zk::take_woken`).
     pub(super) woken: Mutex<HashSet<i64>>,
     /// Stock locks held by an [`super::Owner`], for its re-entries.
     pub(super) reentries: super::reentrant::Reentries<super::Grant>,

@@ -73,11 +73,7 @@ impl Zk {
         product.wakeups += 1;
         product.watching = product.watching.saturating_sub(1);
         drop(stats);
-        self.inner
-            .woken
-            .lock()
-            .expect("woken poisoned")
-            .insert(product_id);
+        self.has_news(product_id);
     }
 
     /// Counts one waiter of the product's lock more (`up`) or less watching.
@@ -89,10 +85,22 @@ impl Zk {
         } else {
             watching.saturating_sub(1)
         };
+        drop(stats);
+        self.has_news(product_id);
     }
 
-    /// Products whose waiters woke since the last call: their lock view has news even when
-    /// no node changed (a herd's losers wake and watch again).
+    fn has_news(&self, product_id: i64) {
+        self.inner
+            .woken
+            .lock()
+            .expect("woken poisoned")
+            .insert(product_id);
+    }
+
+    /// Products whose waiters woke, or began or stopped watching, since the last call: their
+    /// lock view has news even when no node changed. A herd's waiters create no node (they
+    /// watch the one node), and its losers wake and watch again; a sale's cycles share one
+    /// terms read node, so a waiter joining makes no node event either.
     pub fn take_woken(&self) -> Vec<i64> {
         let mut woken = self.inner.woken.lock().expect("woken poisoned");
         woken.drain().collect()

@@ -268,6 +268,21 @@ async function watchingIs(id, n) {
   assert.fail(`waited 15 s for ${n} waiters watching; the lock view: ${JSON.stringify(view)}`);
 }
 
+// A step-through wait that timed out, with what the page showed and what the instance's
+// lock view says now (a page left with a stale lock view was once the cause).
+function explainStep(page, id, what) {
+  return async (e) => {
+    const shown = await page.evaluate(() => ({
+      queue: document.querySelector('#queue').innerText,
+      result: document.querySelector('#step-result').textContent,
+      woke: { ...document.querySelector('#step-woke').dataset },
+      queued: document.querySelector('#step-queued').textContent,
+    }));
+    const view = await (await fetch(`${a}/api/products/${id}/lock`)).json();
+    throw new Error(`${what}: the page showed ${JSON.stringify(shown)}; the lock view: ${JSON.stringify(view)}; ${e}`);
+  };
+}
+
 async function stepThrough(guard, woken, lang) {
   const id = await createProduct(a, 10, guard, 1);
   const page = await openPage(a);
@@ -285,7 +300,8 @@ async function stepThrough(guard, woken, lang) {
   if (guard === 'zk') {
     await page.waitForFunction(() => document.querySelectorAll('#queue .ticket.waiting').length === 3);
   } else {
-    await page.locator('#queue .ticket.herd .num', { hasText: '3' }).waitFor({ timeout: 15_000 });
+    await page.locator('#queue .ticket.herd .num', { hasText: '3' }).waitFor({ timeout: 15_000 })
+      .catch(explainStep(page, id, 'the frozen crowd of 3'));
   }
   await page.screenshot({ path: join(shots, `step-${guard}-${lang}-frozen.png`), fullPage: true });
   for (let click = 1; click <= 3; click += 1) {
@@ -301,7 +317,7 @@ async function stepThrough(guard, woken, lang) {
       },
       [click, woken[click - 1]],
       { timeout: 15_000 },
-    );
+    ).catch(explainStep(page, id, `click ${click}`));
   }
   const shown = await page.textContent('#step-woke');
   await page.screenshot({ path: join(shots, `step-${guard}-${lang}.png`), fullPage: true });

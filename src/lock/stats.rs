@@ -99,8 +99,8 @@ impl Zk {
 
     /// Products whose waiters woke, or began or stopped watching, since the last call: their
     /// lock view has news even when no node changed. A herd's waiters create no node (they
-    /// watch the one node), and its losers wake and watch again; a sale's cycles share one
-    /// terms read node, so a waiter joining makes no node event either.
+    /// watch the one node), and its losers wake and watch again; and since a sale's cycles
+    /// share one terms read node, a herd waiter no longer creates a read node either.
     pub fn take_woken(&self) -> Vec<i64> {
         let mut woken = self.inner.woken.lock().expect("woken poisoned");
         woken.drain().collect()

@@ -332,10 +332,7 @@ def markdown(r):
             out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
                        f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
                        "the CPU per paid order")
-    profiles = r.get("profile") or []
-    if isinstance(profiles, dict):  # one profile (1 hot), as runs before --profile wrote it
-        profiles = [{"hot": 1, "flame": "flame.svg", **profiles}]
-    for prof in profiles:
+    for prof in r.get("profile") or []:
         hot = prof["hot"]
         out += ["", f"## Profile (this build, zk batched, {hot} hot product"
                 f"{'s' if hot > 1 else ''}, one more run with the profilers on)", "",

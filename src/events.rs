@@ -6,9 +6,9 @@
 //! instance's LISTEN); lock nodes are followed through a persistent recursive ZooKeeper
 //! watch on `{root}/locks`, set only while someone is subscribed, so a sale nobody watches
 //! pays nothing for it; and this instance's waiters that wake or begin or stop watching
-//! (`Zk::take_woken`), which need change no node (a herd's waiters create none). Changes are
-//! coalesced per product and sent as full snapshots at most every [`TICK`], so a slow page
-//! loses intermediate states, never the latest one.
+//! (`Zk::take_lock_news`), which need change no node (a herd's waiters create none).
+//! Changes are coalesced per product and sent as full snapshots at most every [`TICK`], so a
+//! slow page loses intermediate states, never the latest one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -211,7 +211,7 @@ async fn tick(events: Events, db: PgPool, zk: Zk, sold_out: Flags) {
         }
         let mut dirty =
             std::mem::take(&mut *events.inner.dirty.lock().expect("dirty set poisoned"));
-        dirty.queues.extend(zk.take_woken());
+        dirty.queues.extend(zk.take_lock_news());
         if !events.watched() {
             continue;
         }

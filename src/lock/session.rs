@@ -51,8 +51,8 @@ pub(super) struct Inner {
     /// Per product, what its acquisitions cost (shown on the teaching page).
     pub(super) stats: Mutex<HashMap<i64, LockStats>>,
     /// Products whose waiters woke or began or stopped watching since the event feed last
-    /// looked (see `Zk::take_woken`).
-    pub(super) woken: Mutex<HashSet<i64>>,
+    /// looked (see `Zk::take_lock_news`).
+    pub(super) lock_news: Mutex<HashSet<i64>>,
     /// Stock locks held by an [`super::Owner`], for its re-entries.
     pub(super) reentries: super::reentrant::Reentries<super::Grant>,
     /// The terms read side each product's sale holds across its lock cycles.
@@ -100,7 +100,7 @@ impl Zk {
                 max_waiters,
                 waiters: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
-                woken: Mutex::new(HashSet::new()),
+                lock_news: Mutex::new(HashSet::new()),
                 reentries: Default::default(),
                 sale_reads: Default::default(),
                 closing: watch::channel(false).0,

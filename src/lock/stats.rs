@@ -91,9 +91,9 @@ impl Zk {
 
     fn has_news(&self, product_id: i64) {
         self.inner
-            .woken
+            .lock_news
             .lock()
-            .expect("woken poisoned")
+            .expect("lock news poisoned")
             .insert(product_id);
     }
 
@@ -101,9 +101,9 @@ impl Zk {
     /// lock view has news even when no node changed. A herd's waiters create no node (they
     /// watch the one node), and its losers wake and watch again; and since a sale's cycles
     /// share one terms read node, a herd waiter no longer creates a read node either.
-    pub fn take_woken(&self) -> Vec<i64> {
-        let mut woken = self.inner.woken.lock().expect("woken poisoned");
-        woken.drain().collect()
+    pub fn take_lock_news(&self) -> Vec<i64> {
+        let mut news = self.inner.lock_news.lock().expect("lock news poisoned");
+        news.drain().collect()
     }
 
     /// Counts `orders` served under one acquisition of the product's lock.

@@ -9,7 +9,14 @@ reads, from /proc, the CPU time every process of the sale spent during it — th
 PostgreSQL (every backend, the provider's ledger included), ZooKeeper, the provider, the
 generator — and divides by the paid orders: CPU µs per paid order, per part. It also reads
 ZooKeeper's zxid (writes), the instances' peak RSS, and audits every product (0 oversold,
-consistent, every 201 a unit sold).
+consistent, every 201 a unit sold), and each instance's lock cycles (its /metrics), so
+orders per cycle.
+
+After the rows, the floor: `GET /healthz` in the same loop, the service's CPU per request
+split between user and kernel time. The report ends with the floors and bounds that follow
+from the run: per part, what every order and what every lock cycle costs (1 hot product
+against many), and the best rate many hot products could reach if the per-cycle costs of
+PostgreSQL, or of everything but ZooKeeper, were gone.
 
 Everything here talks to 127.0.0.1 only; each wrk run is bounded in time (-d) and the rows
 are a fixed list.
@@ -21,6 +28,7 @@ import resource
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,6 +99,33 @@ class Parts:
         }
 
 
+def user_sys_ticks(pids):
+    """(utime, stime) of every pid still alive, summed: where a request's CPU goes, in our
+    code or in the kernel (syscalls, TCP)."""
+    user = system = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        user, system = user + int(fields[11]), system + int(fields[12])
+    return user, system
+
+
+def lock_cycles(urls):
+    """Lock cycles run and orders they served, summed over the instances (their /metrics:
+    the histogram of orders per lock cycle)."""
+    cycles = orders = 0.0
+    for url in urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as res:
+            for line in res.read().decode().splitlines():
+                if line.startswith("seckill_lock_cycle_orders_count"):
+                    cycles += float(line.rsplit(" ", 1)[1])
+                elif line.startswith("seckill_lock_cycle_orders_sum"):
+                    orders += float(line.rsplit(" ", 1)[1])
+    return cycles, orders
+
+
 def spent_us(before, after):
     """CPU µs per part between two snapshots (a process new since `before` counts whole)."""
     out = {}
@@ -103,9 +138,13 @@ def spent_us(before, after):
     return out
 
 
-def wrk(urls, products, connections, seconds, tag):
-    """One wrk per instance, side by side; returns their summed counts and worst latencies."""
+def wrk(urls, products, connections, seconds, tag, get=None):
+    """One wrk per instance, side by side; returns their summed counts and worst latencies.
+    With `get`, a closed loop of GETs of that path instead of orders (its 200s count as
+    `created`)."""
     env = {**os.environ, "PRODUCTS": ",".join(map(str, products))}
+    if get:
+        env["GET"] = get
     procs = []
     for i, url in enumerate(urls):
         procs.append(subprocess.Popen(
@@ -133,10 +172,12 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
     # A short warm-up: pools filled, lock nodes' parents made, caches loaded.
     warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm")
     zk_before = bench.zk_zxid(os.environ["SECKILL_ZK"])
+    cycles_before = lock_cycles(inst.urls)
     before = parts.snapshot()
     counts = wrk(inst.urls, products, connections, seconds, run_id)
     after = parts.snapshot()
     zk_writes = bench.zk_zxid(os.environ["SECKILL_ZK"]) - zk_before
+    cycles, served = (a - b for a, b in zip(lock_cycles(inst.urls), cycles_before))
     audits = [inst.audit(p) for p in products]
     sold = sum(a["sold"] for a in audits)
     paid = counts["created"]
@@ -157,6 +198,7 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
         "other": counts["other"], "errors": counts["errors"], "requests": counts["requests"],
         "p50_ms": counts["p50_ms"], "p99_ms": counts["p99_ms"],
         "zk_writes": zk_writes, "zk_writes_per_paid": zk_writes / max(paid, 1),
+        "lock_cycles": cycles, "orders_per_cycle": served / max(cycles, 1),
         "cpu_us": cpu, "cpu_us_per_paid": per_paid, "units_sold": sold, "exact": exact,
         "peak_rss_mib": inst.peak_rss(),
     }
@@ -164,6 +206,28 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
               f"{result['p99_ms']:6.1f} ms, CPU µs/paid: " + ", ".join(
                   f"{k} {v:.1f}" for k, v in per_paid.items()) +
               f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}")
+    return result
+
+
+def floor(inst, seconds, run_id):
+    """What any request costs these instances, whatever it asks: `GET /healthz` (no database,
+    no lock, a fixed body) in the same closed loop, 100 connections per instance. Its service
+    CPU per request, split between our code (user) and the kernel (system: the socket's
+    syscalls and loopback TCP), is the floor under every order and every refusal."""
+    pids = [p.pid for p in inst.procs]
+    gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = user_sys_ticks(pids)
+    counts = wrk(inst.urls, [], 100, seconds, f"{run_id}-floor", get="/healthz")
+    after = user_sys_ticks(pids)
+    gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    n = max(counts["created"], 1)
+    user, system = ((a - b) / TICK * 1e6 / n for a, b in zip(after, before))
+    generator = ((gen_after.ru_utime + gen_after.ru_stime)
+                 - (gen_before.ru_utime + gen_before.ru_stime)) * 1e6 / n
+    result = {"requests_per_s": counts["created"] / counts["seconds"], "user_us": user,
+              "system_us": system, "generator_us": generator, "other": counts["other"]}
+    bench.log(f"floor, GET /healthz: {result['requests_per_s']:.0f}/s, service CPU µs per "
+              f"request: user {user:.1f}, system {system:.1f}; wrk {generator:.1f}")
     return result
 
 
@@ -259,13 +323,14 @@ def main():
                 result["build"] = name
                 rows.append(result)
         rss = {name: inst.peak_rss() for name, inst in fleets.items()}
+        floors = {"this": floor(fleets["this"], seconds, run_id)}
         hots = args.profile or ("" if args.quick or args.rows else "1,100")
         prof = [profile(fleets["this"], seconds, run_id, int(h)) for h in hots.split(",") if h]
     finally:
         for inst in fleets.values():
             inst.stop()
     results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
-               "peak_rss_mib": rss, "profile": prof, "baseline": args.baseline,
+               "peak_rss_mib": rss, "floor": floors, "profile": prof, "baseline": args.baseline,
                "machine": {"cores": os.cpu_count()}}
     name = args.out or ("saturation-partial" if args.rows else "saturation")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
@@ -332,6 +397,7 @@ def markdown(r):
             out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
                        f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
                        "the CPU per paid order")
+    out += bounds(r)
     for prof in r.get("profile") or []:
         hot = prof["hot"]
         out += ["", f"## Profile (this build, zk batched, {hot} hot product"
@@ -346,6 +412,82 @@ def markdown(r):
             out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
                        f"{st['us_per_paid']:.1f} | `{q}` |")
     return "\n".join(out) + "\n"
+
+
+PARTS = ("service", "postgresql", "zookeeper", "provider", "ledger", "generator")
+NAMES = {"service": "service", "postgresql": "PostgreSQL", "zookeeper": "ZooKeeper",
+         "provider": "provider", "ledger": "its ledger", "generator": "wrk"}
+
+
+def per_cycle(one, many):
+    """Splits CPU per paid order into what every order costs and what every lock cycle costs,
+    from two rows that differ in orders per cycle (1 hot product against many): per part,
+    cost per order = a + b / (orders per cycle). Returns ({part: a}, {part: b}) or None."""
+    o1, on = one["orders_per_cycle"], many["orders_per_cycle"]
+    d = 1 / max(on, 1e-9) - 1 / max(o1, 1e-9)
+    if d <= 0:
+        return None
+    c1, cn = one["cpu_us_per_paid"], many["cpu_us_per_paid"]
+    b = {k: (cn[k] - c1[k]) / d for k in PARTS}
+    a = {k: c1[k] - b[k] / o1 for k in PARTS}
+    return a, b
+
+
+def ratio(a, b, o1, on, kept):
+    """The rate at `on` orders per cycle over the rate at `o1`, CPU-bound, counting only the
+    per-cycle costs of the parts in `kept`."""
+    cost = lambda o: sum(a.values()) + sum(b[k] for k in kept) / o
+    return cost(o1) / cost(on)
+
+
+def bounds(r):
+    """The floors under the targets, from this run's own rows: what any request costs, and
+    what a lock cycle costs per part, so what more hot products can reach at best."""
+    fmt = lambda x, d=0: f"{x:,.{d}f}".replace(",", " ")
+    rows = [x for x in r["rows"] if x["build"] == "this" and x["label"] == "zk batched"]
+    one = next((x for x in rows if x["hot"] == 1), None)
+    floor = (r.get("floor") or {}).get("this")
+    out = []
+    if not one and not floor:
+        return out
+    out += ["", "## Floors and bounds (this build, from the rows above)", ""]
+    if floor:
+        out.append(f"- **Any request**: `GET /healthz` in the same closed loop answers "
+                   f"{fmt(floor['requests_per_s'])}/s; service CPU per request "
+                   f"{fmt(floor['user_us'] + floor['system_us'], 1)} µs ({fmt(floor['user_us'], 1)} "
+                   f"in our code and its libraries, {fmt(floor['system_us'], 1)} in the kernel), "
+                   f"wrk {fmt(floor['generator_us'], 1)} µs. A paid order is two such "
+                   "exchanges for the service (the buyer's request, and its charge to the "
+                   "provider) before any SQL; a refusal is one.")
+    if one:
+        total = sum(one["cpu_us_per_paid"][k] for k in PARTS)
+        cores = r["machine"]["cores"]
+        out.append(f"- **One hot product**: {fmt(one['orders_per_cycle'], 1)} orders per lock "
+                   f"cycle; {fmt(total, 1)} µs of CPU per paid order on this machine, every part "
+                   f"counted (the generator and the provider too): {cores} cores give at most "
+                   f"{fmt(cores * 1e6 / total)} paid orders/s at that cost.")
+    for many in (x for x in rows if one and x["hot"] > 1):
+        split = per_cycle(one, many)
+        if not split:
+            continue
+        a, b = split
+        o1, on = one["orders_per_cycle"], many["orders_per_cycle"]
+        zk_write = many["cpu_us"]["zookeeper"] / max(many["zk_writes"], 1)
+        measured = many["paid_per_s"] / one["paid_per_s"]
+        out.append(
+            f"- **{many['hot']} hot products**: {fmt(on, 2)} orders per lock cycle (a closed loop "
+            f"of {fmt(many['connections'] // 3)} connections per instance keeps "
+            f"{fmt(many['connections'] / 3 / many['hot'], 1)} orders of a product in flight on it, "
+            "on average). "
+            "A lock cycle costs, in CPU µs: " + ", ".join(
+                f"{NAMES[k]} {fmt(b[k])}" for k in PARTS) +
+            f" (ZooKeeper: {fmt(zk_write)} µs per write). At {fmt(measured, 2)}× one hot "
+            f"product's rate (measured; {fmt(ratio(a, b, o1, on, PARTS), 2)}× from this split). "
+            "With no PostgreSQL cost per cycle at all (more than one instance-wide transaction "
+            f"could save): at most {fmt(ratio(a, b, o1, on, set(PARTS) - {'postgresql'}), 2)}×; "
+            f"with only ZooKeeper's own per cycle left (the lock's two writes): at most "
+            f"{fmt(ratio(a, b, o1, on, {'zookeeper'}), 2)}×.")
+    return out
 
 
 if __name__ == "__main__":

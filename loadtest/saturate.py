@@ -237,7 +237,7 @@ def psql(sql, db="postgres"):
                           check=True).stdout
 
 
-def profile(inst, seconds, run_id, hot):
+def profile(inst, seconds, run_id, hot, out=None):
     """zk batched, `hot` hot products, once more with the profilers on: a flame graph of
     instance 0 (perf, software clock: this machine has no hardware counters) and PostgreSQL's
     own count of every statement (pg_stat_statements) per paid order."""
@@ -267,7 +267,7 @@ def profile(inst, seconds, run_id, hot):
                            "rows": int(nrows), "query": query})
     script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
                             text=True).stdout
-    name = flame_name(hot)
+    name = flame_name(hot, out)
     subprocess.run([sys.executable, str(ROOT / "loadtest" / "flame.py"),
                     f"seckill instance at saturation (zk batched, {hot} hot product"
                     f"{'s' if hot > 1 else ''}), {run_id}",
@@ -280,8 +280,11 @@ def profile(inst, seconds, run_id, hot):
             "statements": statements, "flame": f"{name}.svg"}
 
 
-def flame_name(hot):
-    return "flame" if hot == 1 else f"flame-{hot}hot"
+def flame_name(hot, out=None):
+    """flame.svg, flame-100hot.svg; with --out=NAME, NAME-flame.svg... (a report of its own
+    keeps its own flame graphs)."""
+    name = "flame" if hot == 1 else f"flame-{hot}hot"
+    return f"{out}-{name}" if out else name
 
 
 def main():
@@ -325,7 +328,8 @@ def main():
         rss = {name: inst.peak_rss() for name, inst in fleets.items()}
         floors = {"this": floor(fleets["this"], seconds, run_id)}
         hots = args.profile or ("" if args.quick or args.rows else "1,100")
-        prof = [profile(fleets["this"], seconds, run_id, int(h)) for h in hots.split(",") if h]
+        prof = [profile(fleets["this"], seconds, run_id, int(h), args.out)
+                for h in hots.split(",") if h]
     finally:
         for inst in fleets.values():
             inst.stop()

@@ -415,7 +415,45 @@ def markdown(r):
             q = st["query"].replace("|", "\\|")
             out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
                        f"{st['us_per_paid']:.1f} | `{q}` |")
+        folded = RESULTS / prof["flame"].replace(".svg", ".folded")
+        if folded.exists():
+            kernel, shares = where(folded)
+            out += ["", f"Where the instance's samples go (a sample counts once, in the first "
+                    f"part below whose code is on its stack; {kernel:.0%} of all samples are in "
+                    "the kernel, syscalls and interrupts, whatever part made them):", "",
+                    "| part | samples |", "|---|---|"]
+            out += [f"| {name} | {share:.1%} |" for name, share in shares]
     return "\n".join(out) + "\n"
+
+
+# The instance's code by part, for the profile's summary: a sample belongs to the first part
+# whose code is on its stack (a lock cycle's SQL is SQL, its HTTP call to the provider is the
+# payment's).
+WHERE = [
+    ("payment: the charge to the provider and its record", ["orders::pay", "seckill::payment"]),
+    ("SQL client (sqlx)", ["sqlx"]),
+    ("ZooKeeper client", ["zookeeper_client"]),
+    ("lock cycle, the rest", ["orders::cycle", "orders::batch", "seckill::lock"]),
+    ("HTTP server (hyper, axum, the handlers)", ["hyper::proto::h1", "axum", "seckill::http"]),
+    ("tokio's scheduler and timers", ["tokio::runtime"]),
+]
+
+
+def where(folded):
+    """(share of samples in the kernel, [(part, share)]) of a folded flame graph."""
+    total = kernel = 0
+    parts = {}
+    for line in folded.read_text().splitlines():
+        stack, n = line.rsplit(" ", 1)
+        n = int(n)
+        total += n
+        if any(k in stack for k in ("do_syscall_64", "entry_SYSCALL", "asm_")):
+            kernel += n
+        name = next((name for name, pats in WHERE if any(p in stack for p in pats)), "other")
+        parts[name] = parts.get(name, 0) + n
+    total = max(total, 1)
+    return kernel / total, sorted(((k, v / total) for k, v in parts.items()),
+                                  key=lambda x: -x[1])
 
 
 PARTS = ("service", "postgresql", "zookeeper", "provider", "ledger", "generator")
@@ -448,7 +486,9 @@ def bounds(r):
     """The floors under the targets, from this run's own rows: what any request costs, and
     what a lock cycle costs per part, so what more hot products can reach at best."""
     fmt = lambda x, d=0: f"{x:,.{d}f}".replace(",", " ")
-    rows = [x for x in r["rows"] if x["build"] == "this" and x["label"] == "zk batched"]
+    # Reports from before the bench read orders per cycle have no bounds.
+    rows = [x for x in r["rows"] if x["build"] == "this" and x["label"] == "zk batched"
+            and "orders_per_cycle" in x]
     one = next((x for x in rows if x["hot"] == 1), None)
     floor = (r.get("floor") or {}).get("this")
     out = []
@@ -495,7 +535,8 @@ def bounds(r):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--report"]:  # redraw saturation.md from saturation.json
-        print(markdown(json.loads((RESULTS / "saturation.json").read_text())), end="")
+    if sys.argv[1:2] == ["--report"]:  # redraw NAME.md (saturation.md) from its JSON
+        name = sys.argv[2] if len(sys.argv) > 2 else "saturation"
+        print(markdown(json.loads((RESULTS / f"{name}.json").read_text())), end="")
     else:
         main()

@@ -255,16 +255,17 @@ def profile(inst, seconds, run_id, hot, out=None):
     perf.wait(timeout=120)
     paid = max(counts["created"], 1)
     rows = psql(
-        "SELECT d.datname, s.calls, s.total_exec_time, s.rows, "
+        "SELECT d.datname, s.calls, s.total_exec_time, s.rows, s.wal_records, s.wal_bytes, "
         "regexp_replace(left(s.query, 160), '\\s+', ' ', 'g') FROM pg_stat_statements s "
         "JOIN pg_database d ON d.oid = s.dbid ORDER BY s.total_exec_time DESC LIMIT 20", db)
     statements = []
     for line in rows.splitlines():
-        name, calls, total_ms, nrows, query = line.split("\t", 4)
+        name, calls, total_ms, nrows, wal, wal_bytes, query = line.split("\t", 6)
         statements.append({"database": name, "calls": int(calls),
                            "calls_per_paid": int(calls) / paid,
                            "us_per_paid": float(total_ms) * 1000 / paid,
-                           "rows": int(nrows), "query": query})
+                           "rows": int(nrows), "wal_records": int(wal),
+                           "wal_bytes": int(wal_bytes), "query": query})
     script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
                             text=True).stdout
     name = flame_name(hot, out)
@@ -409,12 +410,18 @@ def markdown(r):
                 f"Flame graph of instance 0: [{prof['flame']}]({prof['flame']}) (perf, "
                 "software clock). PostgreSQL's statements per paid order (pg_stat_statements, "
                 "the ledger's too; "
-                "execution time is wall time, queueing for the CPU included):", "",
-                "| database | calls / paid | exec µs / paid | statement |", "|---|---|---|---|"]
+                "execution time is wall time, queueing for the CPU included; rows are what "
+                "each statement returned or changed, WAL records what it wrote to the log: a "
+                "row, an index entry, a commit):", "",
+                "| database | calls / paid | exec µs / paid | rows / paid | WAL records / paid "
+                "| WAL bytes / paid | statement |", "|---|---|---|---|---|---|---|"]
+        paid = max(prof["paid"], 1)
         for st in prof["statements"]:
             q = st["query"].replace("|", "\\|")
+            wal = (f"{st['wal_records'] / paid:.1f} | {st['wal_bytes'] / paid:,.0f}"
+                   if "wal_records" in st else " | ")
             out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
-                       f"{st['us_per_paid']:.1f} | `{q}` |")
+                       f"{st['us_per_paid']:.1f} | {st['rows'] / paid:.2f} | {wal} | `{q}` |")
         folded = RESULTS / prof["flame"].replace(".svg", ".folded")
         if folded.exists():
             kernel, shares = where(folded)

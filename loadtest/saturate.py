@@ -210,25 +210,32 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
 
 
 def floor(inst, seconds, run_id):
-    """What any request costs these instances, whatever it asks: `GET /healthz` (no database,
-    no lock, a fixed body) in the same closed loop, 100 connections per instance. Its service
-    CPU per request, split between our code (user) and the kernel (system: the socket's
-    syscalls and loopback TCP), is the floor under every order and every refusal."""
+    """What any request costs these instances, whatever it asks, and what a refusal costs: in
+    the same closed loop, 100 connections per instance, `GET /healthz` (no database, no lock,
+    a fixed body), then orders for a sold-out product (answered 409 by the sold-out flag, before
+    any lock or write: the flood after a sale). The service's CPU per request, split between
+    our code (user) and the kernel (system: the socket's syscalls and loopback TCP)."""
     pids = [p.pid for p in inst.procs]
-    gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before = user_sys_ticks(pids)
-    counts = wrk(inst.urls, [], 100, seconds, f"{run_id}-floor", get="/healthz")
-    after = user_sys_ticks(pids)
-    gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    n = max(counts["created"], 1)
-    user, system = ((a - b) / TICK * 1e6 / n for a, b in zip(after, before))
-    generator = ((gen_after.ru_utime + gen_after.ru_stime)
-                 - (gen_before.ru_utime + gen_before.ru_stime)) * 1e6 / n
-    result = {"requests_per_s": counts["created"] / counts["seconds"], "user_us": user,
-              "system_us": system, "generator_us": generator, "other": counts["other"]}
-    bench.log(f"floor, GET /healthz: {result['requests_per_s']:.0f}/s, service CPU µs per "
-              f"request: user {user:.1f}, system {system:.1f}; wrk {generator:.1f}")
-    return result
+    gone = bench.http_json("POST", f"{inst.urls[0]}/api/products",
+                           {"name": "sold out", "price_cents": 100, "stock": 1, "guard": "zk"},
+                           inst.token)["id"]
+    bench.http_json("POST", f"{inst.urls[0]}/orders", {"product_id": gone, "user_id": "first"})
+    out = {}
+    for name, get, products in (("healthz", "/healthz", []), ("refusal", None, [gone])):
+        gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = user_sys_ticks(pids)
+        counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-{name}", get=get)
+        after = user_sys_ticks(pids)
+        gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        n = max(counts["created"] if get else counts["other"], 1)
+        user, system = ((a - b) / TICK * 1e6 / n for a, b in zip(after, before))
+        generator = ((gen_after.ru_utime + gen_after.ru_stime)
+                     - (gen_before.ru_utime + gen_before.ru_stime)) * 1e6 / n
+        out[name] = {"requests_per_s": n / counts["seconds"], "user_us": user,
+                     "system_us": system, "generator_us": generator}
+        bench.log(f"floor, {name}: {n / counts['seconds']:.0f}/s, service CPU µs per request: "
+                  f"user {user:.1f}, system {system:.1f}; wrk {generator:.1f}")
+    return out
 
 
 def psql(sql, db="postgres"):
@@ -327,7 +334,8 @@ def main():
                 result["build"] = name
                 rows.append(result)
         rss = {name: inst.peak_rss() for name, inst in fleets.items()}
-        floors = {"this": floor(fleets["this"], seconds, run_id)}
+        floors = {name: floor(inst, seconds, f"{run_id}{name[0]}")
+                  for name, inst in fleets.items()}
         hots = args.profile or ("" if args.quick or args.rows else "1,100")
         prof = [profile(fleets["this"], seconds, run_id, int(h), args.out)
                 for h in hots.split(",") if h]
@@ -502,6 +510,8 @@ def bounds(r):
     if not one and not floor:
         return out
     out += ["", "## Floors and bounds (this build, from the rows above)", ""]
+    # Reports from before the refusal floor held the healthz floor alone.
+    floor = floor and floor.get("healthz", floor)
     if floor:
         out.append(f"- **Any request**: `GET /healthz` in the same closed loop answers "
                    f"{fmt(floor['requests_per_s'])}/s; service CPU per request "
@@ -510,6 +520,13 @@ def bounds(r):
                    f"wrk {fmt(floor['generator_us'], 1)} µs. A paid order is two such "
                    "exchanges for the service (the buyer's request, and its charge to the "
                    "provider) before any SQL; a refusal is one.")
+    for b, f in (r.get("floor") or {}).items():
+        if "refusal" in f:
+            x = f["refusal"]
+            out.append(f"- **A refusal** ({b}): orders for a sold-out product, answered 409 "
+                       f"by the sold-out flag, {fmt(x['requests_per_s'])}/s; service CPU per "
+                       f"refusal {fmt(x['user_us'] + x['system_us'], 1)} µs "
+                       f"({fmt(x['user_us'], 1)} user, {fmt(x['system_us'], 1)} kernel).")
     if one:
         total = sum(one["cpu_us_per_paid"][k] for k in PARTS)
         cores = r["machine"]["cores"]

@@ -172,6 +172,25 @@ impl Error {
         self
     }
 
+    /// A refusal by the sale's rules or its load that wrote nothing and says nothing went
+    /// wrong on our side: the floods a flash sale draws (sold out before any work, a full
+    /// queue, a buyer over the limit, a malformed request). Counted, not logged one by one.
+    pub fn is_refusal(&self) -> bool {
+        use Error::*;
+        matches!(
+            self,
+            SoldOut { order_id: None }
+                | PurchaseLimit { order_id: None }
+                | TooBusy
+                | TooManyUnpaid
+                | InvalidRequest(_)
+                | UnknownProduct(_)
+                | Unprocessable(_)
+                | IdempotencyMismatch
+                | IdempotencyInProgress
+        )
+    }
+
     /// Whether the outcome may differ on a retry (so it is not kept for idempotent replay):
     /// the passing failures (the ones answered 503, 429 or 500), and the conflicts that end
     /// on their own.
@@ -284,5 +303,20 @@ mod tests {
     fn pool_timeouts_are_unavailable_not_internal() {
         assert_eq!(Error::from(sqlx::Error::PoolTimedOut).code(), "unavailable");
         assert_eq!(Error::from(sqlx::Error::RowNotFound).code(), "internal");
+    }
+
+    #[test]
+    fn a_refusal_wrote_nothing_and_nothing_went_wrong_on_our_side() {
+        assert!(Error::SoldOut { order_id: None }.is_refusal());
+        assert!(Error::TooBusy.is_refusal());
+        assert!(Error::UnknownProduct(1).is_refusal());
+        let row = Some(Uuid::new_v4());
+        // An order row exists: its line stays.
+        assert!(!Error::SoldOut { order_id: row }.is_refusal());
+        assert!(!Error::PurchaseLimit { order_id: row }.is_refusal());
+        // Trouble on our side is never a mere refusal.
+        assert!(!Error::LockTimeout { order_id: None }.is_refusal());
+        assert!(!Error::Unavailable(anyhow::anyhow!("down")).is_refusal());
+        assert!(!Error::Internal(anyhow::anyhow!("bug")).is_refusal());
     }
 }

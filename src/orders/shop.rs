@@ -135,6 +135,17 @@ impl Shop {
                     "order answered"
                 );
             }
+            // A flood of refusals (a sold-out sale draws many times its stock in requests) must
+            // not write a line each: the metric counts them; the line is there at debug.
+            Err(e) if e.is_refusal() => {
+                metrics::order(guard, e.code());
+                tracing::debug!(
+                    product = product_id,
+                    guard,
+                    outcome = e.code(),
+                    "order refused"
+                );
+            }
             Err(e) => {
                 metrics::order(guard, e.code());
                 tracing::info!(

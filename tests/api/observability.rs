@@ -252,3 +252,109 @@ async fn a_request_id_follows_its_order_from_http_to_zookeeper_and_postgres() {
     assert!(uuid::Uuid::parse_str(given).is_ok(), "replaced: {given}");
     let _ = std::fs::remove_file(&log);
 }
+
+/// A flash sale draws many times its stock in requests: the ones turned away before anything
+/// was written (an unknown product, a sold-out flag, a full queue) are counted, not logged one
+/// line each at the default level, while every order the database holds keeps its line.
+#[tokio::test]
+async fn refusals_that_wrote_nothing_are_counted_not_logged_at_info() {
+    let env = TestEnv::new().await;
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("seckill-{}.log", uuid::Uuid::new_v4().simple()));
+    let file = std::fs::File::create(&log).unwrap();
+    let server = env
+        .spawn_process_logging(
+            "quiet",
+            &["--log-format", "json"],
+            "info",
+            Stdio::from(file),
+        )
+        .await;
+    let base = &server.base_url;
+    let one = create_product(base, 1, "zk").await;
+    let other = create_product(base, 5, "zk").await;
+    let before = scrape(base).await;
+    let client = http();
+    let order = |product: i64, user: &str, request_id: String| {
+        client
+            .post(format!("{base}/orders"))
+            .header("x-request-id", request_id)
+            .json(&json!({ "product_id": product, "user_id": user }))
+            .send()
+    };
+
+    let sold = order(one, "first", "sold-1".into()).await.unwrap();
+    assert_eq!(sold.status(), StatusCode::CREATED);
+    let unknown = order(999_999, "nobody", "refused-unknown".into())
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // Until the sold-out flag answers: a refusal with no order row (a lock cycle's sold-out
+    // answer names the row it wrote, and that one keeps its line).
+    let mut flagged = None;
+    for n in 0..50 {
+        let reply = order(one, &format!("late-{n}"), format!("late-{n}"))
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), StatusCode::CONFLICT);
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["error"], "sold_out");
+        if body.get("order_id").is_none_or(Value::is_null) {
+            flagged = Some(n);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let flagged = flagged.expect("the sold-out flag answers within 50 tries");
+    // A sale after the refusals: once its line is written, theirs would have been too (each
+    // is written before its answer is sent).
+    let after = order(other, "after", "sold-2".into()).await.unwrap();
+    assert_eq!(after.status(), StatusCode::CREATED);
+    wait_for_lines(&log, "the later sale's line", |lines| {
+        lines
+            .iter()
+            .any(|l| l["message"] == "order answered" && in_span(l, "request_id", &json!("sold-2")))
+    })
+    .await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of = |id: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| in_span(l, "request_id", &json!(id)))
+            .collect()
+    };
+    for id in ["refused-unknown".to_string(), format!("late-{flagged}")] {
+        assert!(of(&id).is_empty(), "{id} logged: {:?}", of(&id));
+    }
+    let answered = |id: &str| of(id).iter().any(|l| l["message"] == "order answered");
+    assert!(answered("sold-1"), "the sale keeps its line");
+    // Sold out in a lock cycle: an order row, so a line.
+    for n in 0..flagged {
+        assert!(
+            answered(&format!("late-{n}")),
+            "late-{n} wrote a row: it keeps its line"
+        );
+    }
+
+    let after = scrape(base).await;
+    let counted = |outcome: &str| {
+        sum(
+            &after,
+            "seckill_orders_total",
+            &format!(r#"outcome="{outcome}""#),
+        ) - sum(
+            &before,
+            "seckill_orders_total",
+            &format!(r#"outcome="{outcome}""#),
+        )
+    };
+    assert_eq!(counted("unknown_product"), 1.0);
+    // Every sold-out answer is counted: the lock cycle's (with rows) and the flag's.
+    assert_eq!(counted("sold_out"), (flagged + 1) as f64);
+    let _ = std::fs::remove_file(&log);
+}

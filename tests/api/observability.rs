@@ -146,6 +146,26 @@ async fn wait_for_lines(path: &std::path::Path, what: &str, found: impl Fn(&[Val
     .await
 }
 
+/// A `seckill` process of the test's own writing JSON log lines at `rust_log` to a file.
+async fn logging_json(
+    env: &TestEnv,
+    instance: &str,
+    rust_log: &str,
+) -> (ServerProcess, std::path::PathBuf) {
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("seckill-{}.log", uuid::Uuid::new_v4().simple()));
+    let file = std::fs::File::create(&log).unwrap();
+    let server = env
+        .spawn_process_logging(
+            instance,
+            &["--log-format", "json"],
+            rust_log,
+            Stdio::from(file),
+        )
+        .await;
+    (server, log)
+}
+
 /// Whether the line is inside a span with `field` = `value`.
 fn in_span(line: &Value, field: &str, value: &Value) -> bool {
     line["spans"]
@@ -156,17 +176,7 @@ fn in_span(line: &Value, field: &str, value: &Value) -> bool {
 #[tokio::test]
 async fn a_request_id_follows_its_order_from_http_to_zookeeper_and_postgres() {
     let env = TestEnv::new().await;
-    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("seckill-{}.log", uuid::Uuid::new_v4().simple()));
-    let file = std::fs::File::create(&log).unwrap();
-    let server = env
-        .spawn_process_logging(
-            "traced",
-            &["--log-format", "json"],
-            "info,seckill=debug,sqlx=debug",
-            Stdio::from(file),
-        )
-        .await;
+    let (server, log) = logging_json(&env, "traced", "info,seckill=debug,sqlx=debug").await;
     let base = &server.base_url;
     let alone = create_per_request_product(base, 5, "zk").await;
     let batched = create_product(base, 5, "zk").await;
@@ -259,17 +269,7 @@ async fn a_request_id_follows_its_order_from_http_to_zookeeper_and_postgres() {
 #[tokio::test]
 async fn refusals_that_wrote_nothing_are_counted_not_logged_at_info() {
     let env = TestEnv::new().await;
-    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("seckill-{}.log", uuid::Uuid::new_v4().simple()));
-    let file = std::fs::File::create(&log).unwrap();
-    let server = env
-        .spawn_process_logging(
-            "quiet",
-            &["--log-format", "json"],
-            "info",
-            Stdio::from(file),
-        )
-        .await;
+    let (server, log) = logging_json(&env, "quiet", "info").await;
     let base = &server.base_url;
     let one = create_product(base, 1, "zk").await;
     let other = create_product(base, 5, "zk").await;

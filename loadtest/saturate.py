@@ -12,8 +12,9 @@ ZooKeeper's zxid (writes), the instances' peak RSS, and audits every product (0 
 consistent, every 201 a unit sold), and each instance's lock cycles (its /metrics), so
 orders per cycle.
 
-After the rows, the floor: `GET /healthz` in the same loop, the service's CPU per request
-split between user and kernel time. The report ends with the floors and bounds that follow
+After the rows, the floor, on every fleet: `GET /healthz` in the same loop, then a flood of
+orders for a sold-out product (refusals), the service's CPU per request split between user and
+kernel time. The report ends with the floors and bounds that follow
 from the run: per part, what every order and what every lock cycle costs (1 hot product
 against many), and the best rate many hot products could reach if the per-cycle costs of
 PostgreSQL, or of everything but ZooKeeper, were gone.

@@ -497,18 +497,24 @@ function renderHerd() {
 // The step-through sale on the queue's product: `click` counts Nexts, `base` is this
 // instance's wake-up count when the last one was clicked (the queue was standing still then),
 // `start` its count when the step-through began. The lock views that follow say who holds
-// now and how many waiters woke.
-let step = null; // {product, click, released, base, start}
+// now and how many waiters woke. `pending` while a Next is on its way: a view that arrives
+// before its answer (the release is quick, the answer can be slow) belongs to the new click,
+// which is drawn once the answer says which holder went.
+let step = null; // {product, click, released, base, start, pending}
 
 async function stepAction(action) {
   const out = $('#step-result');
   const id = queueProduct;
   if (!id) return drawText(out, () => t('step.pick'));
   const wakeups = queueView?.product_id === id ? queueView.stats.wakeups : 0;
+  const stepping = action === 'next' && step?.product === id ? step : null;
+  if (stepping) stepping.pending = true;
   const { status, body } = await api(`/api/products/${id}/step`, {
     method: 'POST',
     headers: adminHeaders(),
     body: JSON.stringify({ action }),
+  }).finally(() => {
+    if (stepping) stepping.pending = false;
   });
   if (status !== 202) return showError(out, status, body);
   out.className = 'result ok';
@@ -524,12 +530,14 @@ async function stepAction(action) {
   } else {
     if (step?.product === id) Object.assign(step, { click: step.click + 1, released: body.released, base: wakeups });
     drawText(out, () => t('step.released', { token: body.released }));
+    // The new holder may already be in the last view (no event comes while it holds).
+    if (queueView) renderStep(queueView);
   }
 }
 
 // Shows who woke since the last Next, once a new holder holds.
 function renderStep(view) {
-  if (!step || step.released === null || view.product_id !== step.product) return;
+  if (!step || step.pending || step.released === null || view.product_id !== step.product) return;
   if (!view.holder || view.holder.token === step.released) return;
   const out = $('#step-woke');
   const woke = view.stats.wakeups - step.base;

@@ -78,7 +78,7 @@ pub async fn place(
             let fingerprint = request.fingerprint();
             return match keep(db, &key, &fingerprint, &encode(&answer)).await {
                 Ok(true) => first(answer),
-                Ok(false) => match begin(db, &key, &fingerprint, encode, window).await {
+                Ok(false) => match Box::pin(begin(db, &key, &fingerprint, encode, window)).await {
                     // Known a moment ago, freed since: the refusal is its answer now.
                     Ok(Begin::First(attempt)) => {
                         let kept = first(answer);
@@ -93,7 +93,10 @@ pub async fn place(
             };
         }
     };
-    let attempt = match begin(db, &key, &request.fingerprint(), encode, window).await {
+    // Boxed, here and above: taking the key is this future's largest state after placing,
+    // and orders without a key (most of a flood) need not carry its room while they wait.
+    let begun = Box::pin(begin(db, &key, &request.fingerprint(), encode, window)).await;
+    let attempt = match begun {
         Ok(Begin::First(attempt)) => attempt,
         begun => return answer_begun(begun, first),
     };

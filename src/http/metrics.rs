@@ -1,11 +1,9 @@
-//! `GET /metrics` in Prometheus' text format, and the middleware that times every request
-//! for it. Metrics are named in `telemetry::metrics`.
+//! `GET /metrics` in Prometheus' text format, and the timing of every request for it. Metrics are named in `telemetry::metrics`.
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -38,26 +36,36 @@ pub(super) async fn render(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Times the request, labelled by its route's template (never the raw path, which a client
-/// could make unbounded) and answer status.
-pub async fn record(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = match *request.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::HEAD => "HEAD",
-        _ => "other",
-    };
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "static".to_string(), |path| path.as_str().to_string());
-    let response = next.run(request).await;
-    metrics::http_request(
-        method,
-        &route,
-        response.status().as_u16(),
-        started.elapsed(),
-    );
-    response
+/// A request's timing, labelled by its route's template (never the raw path, which a client
+/// could make unbounded) and, when it ends, its answer's status.
+pub struct Timing {
+    started: Instant,
+    method: &'static str,
+    route: Option<MatchedPath>,
+}
+
+impl Timing {
+    pub fn start(request: &Request) -> Timing {
+        let method = match *request.method() {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            Method::HEAD => "HEAD",
+            _ => "other",
+        };
+        Timing {
+            started: Instant::now(),
+            method,
+            route: request.extensions().get::<MatchedPath>().cloned(),
+        }
+    }
+
+    pub fn finish(self, response: &Response) {
+        let route = self.route.as_ref().map_or("static", MatchedPath::as_str);
+        metrics::http_request(
+            self.method,
+            route,
+            response.status().as_u16(),
+            self.started.elapsed(),
+        );
+    }
 }

@@ -98,7 +98,7 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// The route table. Each resource module owns its routes; this is where they meet.
 pub fn router(state: AppState) -> Router {
-    let request_timeout = state.config.request_timeout_ms;
+    let request_timeout = std::time::Duration::from_millis(state.config.request_timeout_ms);
     let static_files = ServeDir::new(&state.config.static_dir).not_found_service(
         axum::handler::HandlerWithoutStateExt::into_service(not_found),
     );
@@ -117,21 +117,21 @@ pub fn router(state: AppState) -> Router {
                 .service(static_files),
         )
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(middleware::from_fn(json_errors))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(reject_large_bodies))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            time_limit(
-                request,
-                next,
-                std::time::Duration::from_millis(request_timeout),
-            )
-        }))
-        .layer(middleware::from_fn(metrics::record))
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(tower::util::MapRequestLayer::new(drop_odd_request_id))
+        // One stack, one layer: each `Router::layer` boxes its service's future for every
+        // request, and each `from_fn` its inner service and future too. Nine layers were ~9 KB
+        // and a dozen allocations held by every request in flight (heaptrack, 1,334
+        // connections on one instance).
+        .layer(
+            tower::ServiceBuilder::new()
+                .map_request(drop_odd_request_id)
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+                .layer(middleware::from_fn(move |request: Request, next: Next| {
+                    edge(request, next, request_timeout)
+                })),
+        )
         .with_state(state)
 }
 
@@ -179,24 +179,39 @@ fn no_nul(mut request: Request) -> Request {
     request
 }
 
-/// Answers 413 from the declared length on every route, before any handler runs; bodies
-/// without a length are capped by `DefaultBodyLimit` when a handler reads them.
-async fn reject_large_bodies(request: Request, next: Next) -> Response {
+/// What every request goes through in its span: timed for `/metrics`, refused early if the
+/// length it declares is over the cap, bounded in time, and any error answer given our JSON
+/// shape.
+async fn edge(request: Request, next: Next, limit: std::time::Duration) -> Response {
+    let timing = metrics::Timing::start(&request);
+    let response = match declared_too_large(&request) {
+        Some(refused) => refused,
+        None => time_limit(async { json_errors(next.run(request).await).await }, limit).await,
+    };
+    timing.finish(&response);
+    response
+}
+
+/// 413 from the declared length on every route, before any handler runs; bodies without a
+/// length are capped by `DefaultBodyLimit` when a handler reads them.
+fn declared_too_large(request: &Request) -> Option<Response> {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return ApiError::PayloadTooLarge(MAX_BODY_BYTES).into_response();
-    }
-    next.run(request).await
+    declared
+        .is_some_and(|len| len > MAX_BODY_BYTES as u64)
+        .then(|| ApiError::PayloadTooLarge(MAX_BODY_BYTES).into_response())
 }
 
 /// Bounds every request. An order outlives its request (it runs in its own task), so a
 /// timed-out buyer retries with the same Idempotency-Key to learn the outcome.
-async fn time_limit(request: Request, next: Next, limit: std::time::Duration) -> Response {
-    match tokio::time::timeout(limit, next.run(request)).await {
+async fn time_limit(
+    answer: impl std::future::Future<Output = Response>,
+    limit: std::time::Duration,
+) -> Response {
+    match tokio::time::timeout(limit, answer).await {
         Ok(response) => response,
         Err(_) => ApiError::Domain(Error::Unavailable(anyhow::anyhow!(
             "request took over {limit:?}"
@@ -207,8 +222,7 @@ async fn time_limit(request: Request, next: Next, limit: std::time::Duration) ->
 
 /// The last net: an error answer that is not JSON yet (from the static files, or a rejection
 /// no extractor of ours saw) gets our shape, with the same status.
-async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+async fn json_errors(response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()

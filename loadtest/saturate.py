@@ -535,6 +535,22 @@ def bounds(r):
                    f"cycle; {fmt(total, 1)} µs of CPU per paid order on this machine, every part "
                    f"counted (the generator and the provider too): {cores} cores give at most "
                    f"{fmt(cores * 1e6 / total)} paid orders/s at that cost.")
+    refusal = floor and (r.get("floor") or {}).get("this", {}).get("refusal")
+    if one and refusal:
+        # Offered 5x the rate S the CPU allows (S = cores / total): x S paid and (5 - x) S
+        # refused must fit in cores, so x <= (total - 5 R) / (total - R); x >= 0.9 needs
+        # R <= total / 41. PostgreSQL and ZooKeeper do nothing for a flag's refusal.
+        cost = refusal["user_us"] + refusal["system_us"] + refusal["generator_us"]
+        share = max(0.0, (total - 5 * cost) / (total - cost))
+        out.append(f"- **Goodput at 5× the offered load** (an open model, every core busy): "
+                   f"a refusal costs {fmt(cost, 1)} µs all-in (service "
+                   f"{fmt(refusal['user_us'] + refusal['system_us'], 1)}, wrk "
+                   f"{fmt(refusal['generator_us'], 1)}) against {fmt(total, 1)} for a paid "
+                   f"order, so paid orders keep at most {share:.0%} of the rate the CPU allows "
+                   f"(paid share ≤ (P − 5R) / (P − R)); 90 % needs a refusal of at most "
+                   f"{fmt(total / 41, 1)} µs all-in, "
+                   f"{total / 41 / (floor['user_us'] + floor['system_us'] + floor['generator_us']):.0%}"
+                   " of what one `GET /healthz` costs.")
     for many in (x for x in rows if one and x["hot"] > 1):
         split = per_cycle(one, many)
         if not split:

@@ -1,4 +1,5 @@
-//! `GET /metrics` in Prometheus' text format, and the timing of every request for it. Metrics are named in `telemetry::metrics`.
+//! `GET /metrics` in Prometheus' text format, and the timing of every request for it.
+//! Metrics are named in `telemetry::metrics`.
 
 use std::time::Instant;
 

@@ -31,6 +31,9 @@ pub(super) async fn acquire(
             Err(e) => return Err(e),
         };
         queue.retain(|(_, name)| !strays.contains(name));
+        // Whether the node we are about to watch heads the queue.
+        let behind_head = queue.first().is_some_and(|(seq, _)| *seq != mine)
+            && queue.get(1).is_some_and(|(seq, _)| *seq == mine);
         let (predecessor, name) = match node::place(&queue, mine) {
             Place::Holder => return Ok((own, token, wakeups)),
             Place::After(name) => (format!("{dir}/{name}"), name.to_string()),
@@ -45,9 +48,18 @@ pub(super) async fn acquire(
             }
             Ok((_, _, watcher)) => {
                 let watching = observer.watching();
-                watcher.changed().await;
+                let event = watcher.changed().await;
                 wakeups += 1;
                 watching.woke();
+                // The head went, and we were right behind it: nobody else can be ahead of
+                // us (a new node always takes a higher number), so we hold the lock without
+                // listing the queue again. Curator lists again; this saves ZooKeeper a read
+                // on every handoff, and the next holder that read's round trip. (Our own
+                // node gone with our session would be caught by the fence, as it would be a
+                // moment after a listing.)
+                if behind_head && event.event_type == zk::EventType::NodeDeleted {
+                    return Ok((own, token, wakeups));
+                }
             }
             Err(zk::Error::NoNode | zk::Error::ConnectionLoss) => {}
             Err(e) => return Err(e),

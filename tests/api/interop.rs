@@ -129,6 +129,56 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
     assert_eq!(env.stock(product).await, 2);
 }
 
+/// Right behind the head, our waiter holds the lock as soon as the head's node goes: nobody
+/// can be ahead of it (a new node always takes a higher number), so it does not list the
+/// queue again as Curator does. A ZooKeeper read fewer per handoff. Its own process, so the
+/// listings counted are its alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn right_behind_the_head_our_waiter_takes_the_lock_without_listing_again() {
+    let env = TestEnv::new().await;
+    let server = env
+        .spawn_process(
+            "seckill",
+            &["--lock-timeout-ms", "60000", "--zk-auth", AUTH],
+        )
+        .await;
+    let product = create_product(&server.base_url, 3, "zk").await;
+    let (mut holder, mut out) = curator_holds(&env, product).await;
+
+    let order = spawn_order(&server.base_url, product, "behind-curator");
+    // Watching Curator's node: its create, listing and watch are behind it.
+    view_until(
+        &format!("{}/api/products/{product}/lock", server.base_url),
+        "our waiter watching Curator's node",
+        |view| view["stats"]["watching"] == 1,
+    )
+    .await;
+    let listings = |metrics: &std::collections::HashMap<String, f64>| {
+        metrics
+            .get(r#"seckill_zk_operations_total{op="get_children"}"#)
+            .copied()
+            .unwrap_or_default()
+    };
+    let before = listings(&scrape(&server.base_url).await);
+    assert!(
+        before >= 1.0,
+        "the waiter listed the queue once to find its place"
+    );
+
+    let_go(&mut holder, &mut out).await;
+    let reply = tokio::time::timeout(Duration::from_secs(30), order)
+        .await
+        .expect("order proceeds")
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    assert_eq!(
+        listings(&scrape(&server.base_url).await),
+        before,
+        "granted on the head's deletion, without listing the queue again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn our_holder_blocks_curator() {
     let env = TestEnv::new().await;

@@ -456,21 +456,28 @@ async fn a_full_queue_answers_too_busy_and_sells_nothing_wrong() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timed_out_buyer_learns_the_outcome_by_retrying_the_key() {
     let env = TestEnv::new().await;
-    let app = env.spawn_app(&["--request-timeout-ms", "300"]).await;
+    // Long enough for the order to reach its lock on a busy machine: one that timed out
+    // still queued would leave the queue, and never reach the hold below.
+    let app = env.spawn_app(&["--request-timeout-ms", "2000"]).await;
     // Set up through an instance with the default timeout: on a busy machine creating the
-    // product may itself take longer than 300 ms.
+    // product may itself take longer than that.
     let setup = env.spawn_app(&[]).await;
     let product = create_product(&setup.base_url, 5, "zk").await;
 
     // The order stays inside its critical section until the request has timed out.
     let mut hold = app.holds.hold_next(product);
-    let timed_out = order_with_key(&app.base_url, product, "patient", "slow-1").await;
+    let base_url = app.base_url.clone();
+    let order =
+        tokio::spawn(async move { order_with_key(&base_url, product, "patient", "slow-1").await });
+    tokio::time::timeout(Duration::from_secs(30), hold.reached())
+        .await
+        .expect("the order reached its critical section before its request timed out");
+    let timed_out = order.await.unwrap();
     assert_eq!(
         (timed_out.status, timed_out.code()),
         (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
     );
     assert!(timed_out.retry_after.is_some());
-    hold.reached().await;
     hold.release();
 
     let outcome = wait_until(Duration::from_secs(10), "the order to finish", || async {

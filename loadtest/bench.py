@@ -67,9 +67,11 @@ def peak_rss_mib(pid):
 
 
 class Instances:
-    """N seckill processes on 127.0.0.1 with a database of their own."""
+    """N seckill processes on 127.0.0.1 with a database of their own, logging at `rust_log`
+    to loadtest/results/{logs}-{i}.log."""
 
-    def __init__(self, n, run_id, binary=SECKILL, base_port=BASE_PORT):
+    def __init__(self, n, run_id, binary=SECKILL, base_port=BASE_PORT, rust_log="info",
+                 logs="bench-server"):
         self.db = f"seckill_bench_{run_id}_{n}"
         subprocess.run(["runuser", "-u", "postgres", "--", "createdb", "-p", PG_PORT,
                         "-O", "seckill", self.db], check=True)
@@ -86,10 +88,10 @@ class Instances:
                  # address: the per-client cap must not refuse what the bench offers.
                  "--zk-auth", f"seckill:{self.token}",
                  "--max-connections-per-client", "8192", "--max-connections", "16384"],
-                stdout=subprocess.DEVNULL, stderr=open(RESULTS / f"bench-server-{i}.log", "w"),
+                stdout=subprocess.DEVNULL, stderr=open(RESULTS / f"{logs}-{i}.log", "w"),
                 # The level a deployment runs at (the default): what it costs to log is part
                 # of what an order costs.
-                env={**os.environ, "RUST_LOG": "info"}))
+                env={**os.environ, "RUST_LOG": rust_log}))
             self.urls.append(f"http://{addr}")
         for url in self.urls:
             deadline = time.time() + 60

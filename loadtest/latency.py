@@ -1,0 +1,184 @@
+"""Run by loadtest/latency (which starts what it needs): where an order's time goes below
+saturation, pg-atomic per-request against zk batched, read off the instances' debug lines.
+
+Every server and load generator here talks to 127.0.0.1 only; each k6 step is bounded in time.
+"""
+
+import argparse
+import json
+import os
+import re
+import time
+from datetime import datetime
+
+from bench import RESULTS, Instances, k6_step, log
+
+GUARDS = [("pg-atomic per-request", "pg-atomic", 1), ("zk batched", "zk", 256)]
+# The lines that time each stage: the lock granted, an order served by a cycle, the cycle's
+# commit, the order answered, and the request's latency (tower-http's response line).
+RUST_LOG = "seckill=debug,tower_http=debug,info"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def at(line):
+    return datetime.fromisoformat(line[:27].replace("Z", "+00:00")).timestamp()
+
+
+def field(line, name, default=None):
+    m = re.search(rf"\b{name}=(\d+)", line)
+    return int(m.group(1)) if m else default
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else None
+
+
+def stages(n):
+    """Per paid order: lock wait, lock cycle, payment (ms); per lock cycle: (entered, committed,
+    waited, instance); read off the instances' logs."""
+    orders, cycles = [], []
+    for i in range(n):
+        entered, committed, served, answered = {}, {}, {}, {}
+        for line in open(RESULTS / f"latency-server-{i}.log", errors="replace"):
+            line = ANSI.sub("", line)
+            rid = re.search(r'request_id="([^"]+)"', line)
+            if "lock granted" in line or "stock written and committed" in line:
+                cycle = field(line, "cycle")
+                if "lock granted" in line:
+                    entered[cycle] = (at(line), field(line, "waited_ms", 0))
+                else:
+                    committed[cycle] = at(line)
+            elif rid and "served by a lock cycle" in line:
+                served[rid.group(1)] = field(line, "cycle")
+            elif rid and "order answered" in line and 'outcome="paid"' in line:
+                answered[rid.group(1)] = (at(line), field(line, "lock_wait_ms", 0))
+        for cycle, (t, waited) in entered.items():
+            if cycle in committed:
+                cycles.append((t, committed[cycle], waited, i))
+        for rid, (t, lock_wait) in answered.items():
+            cycle = served.get(rid)
+            if cycle in entered and cycle in committed:
+                orders.append({"lock_wait": lock_wait,
+                               "cycle": (committed[cycle] - entered[cycle][0]) * 1000,
+                               "payment": (t - committed[cycle]) * 1000})
+    return orders, sorted(cycles)
+
+
+def handoffs(cycles):
+    """Commit → next grant (ms), where the next cycle is another instance's that was already
+    waiting when the lock was let go; and the share of the time the lock was held."""
+    gaps = []
+    for (_, c0, _, i0), (g1, _, w1, i1) in zip(cycles, cycles[1:]):
+        if i1 != i0 and g1 - w1 / 1000 < c0:
+            gaps.append((g1 - c0) * 1000)
+    span = cycles[-1][1] - cycles[0][0] if cycles else 0
+    held = sum(c - g for g, c, _, _ in cycles)
+    return gaps, (held / span if span else None)
+
+
+def run(label, guard, batch, rate, seconds, tag):
+    inst = Instances(3, tag, base_port=8391, rust_log=RUST_LOG, logs="latency-server")
+    try:
+        product = inst.product(guard, batch)
+        k6_step(inst.urls, [product], rate, 5, f"{tag}-warm")
+        for i in range(3):  # only the measured step's lines
+            (RESULTS / f"latency-server-{i}.log").write_text("")
+        step = k6_step(inst.urls, [product], rate, seconds, tag)
+        audit = inst.audit(product)
+    finally:
+        inst.stop()
+    orders, cycles = stages(3)
+    gaps, busy = handoffs(cycles)
+    row = {"label": label, "rate": rate, "paid_per_s": step["paid_per_s"],
+           "k6_p50_ms": step["p50_ms"], "k6_p99_ms": step["p99_ms"], "orders": len(orders),
+           "orders_per_cycle": len(orders) / max(len(cycles), 1), "lock_busy": busy,
+           "handoffs": len(gaps), "exact": audit["oversold"] == 0 and audit["consistent"]}
+    for name in ("lock_wait", "cycle", "payment"):
+        values = [o[name] for o in orders]
+        row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = quantile(values, .5), quantile(values, .99)
+    row["handoff_p50_ms"], row["handoff_p99_ms"] = quantile(gaps, .5), quantile(gaps, .99)
+    log(f"{label:22} at {rate}/s: k6 p50 {row['k6_p50_ms']:.1f} p99 {row['k6_p99_ms']:.1f} ms; "
+        f"lock wait p99 {row['lock_wait_p99_ms']}, cycle p99 {row['cycle_p99_ms']:.1f}, "
+        f"payment p99 {row['payment_p99_ms']:.1f}, handoff p50 {row['handoff_p50_ms'] or 0:.1f} ms")
+    return row
+
+
+def fmt(v, digits=1):
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def report(results):
+    lines = [
+        "# Where an order's time goes below saturation",
+        "",
+        f"`loadtest/latency`, run {results['run']}: 3 instances on this {results['cores']}-core "
+        "machine with PostgreSQL, ZooKeeper, the provider and k6; one hot product; an "
+        f"open-model k6 step of {results['seconds']} s per row at **{results['rate']} orders/s**, "
+        f"70 % of pg-atomic per-request's saturation ({fmt(results['saturation'], 0)}/s, a k6 step "
+        "at 200/s in the same run). Instances log at debug (the lines that time each stage), "
+        "both guards alike. Milliseconds.",
+        "",
+        "| round | guard | paid/s | k6 p50 | k6 p99 | lock wait p50 / p99 | lock cycle p50 / p99 "
+        "| payment p50 / p99 | orders per cycle | lock held | handoffs | handoff p50 / p99 | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        lines.append(
+            f"| {r['round']} | {r['label']} | {r['paid_per_s']:.0f} | {fmt(r['k6_p50_ms'])} | "
+            f"**{fmt(r['k6_p99_ms'])}** | {fmt(r['lock_wait_p50_ms'], 0)} / {fmt(r['lock_wait_p99_ms'], 0)} | "
+            f"{fmt(r['cycle_p50_ms'])} / {fmt(r['cycle_p99_ms'])} | "
+            f"{fmt(r['payment_p50_ms'])} / {fmt(r['payment_p99_ms'])} | {r['orders_per_cycle']:.2f} | "
+            f"{fmt(r['lock_busy'] and r['lock_busy'] * 100, 0)} % | {r['handoffs']} | "
+            f"{fmt(r['handoff_p50_ms'])} / {fmt(r['handoff_p99_ms'])} | {'yes' if r['exact'] else '**no**'} |")
+    lines += [
+        "",
+        "- **lock wait**: placed → the guard entered (pg-atomic takes its row lock inside the "
+        "cycle: 0 here). **lock cycle**: entered → committed (zk: the fence claim's commit, then "
+        "the transaction; pg-atomic: the transaction). **payment**: committed → answered (the "
+        "charge at the provider and its answer written). Each stage's quantiles are taken "
+        "apart, so they do not add up to k6's.",
+        "- **lock held**: the share of the step's time some instance held the product's lock "
+        "(entered → committed). **handoff**: one instance's commit → the grant to another "
+        "instance that was waiting (its release's delete, ZooKeeper's watch event, its grant); "
+        "pg-atomic's waiters queue on the row lock inside PostgreSQL and are not timed here.",
+    ]
+    (RESULTS / "latency.md").write_text("\n".join(lines) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate", type=int, help="offered orders/s (default: 70 %% of "
+                        "pg-atomic per-request's saturation, measured first)")
+    args = parser.parse_args()
+    run_id = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
+    saturation = None
+    rate = args.rate
+    if rate is None:
+        inst = Instances(3, f"lat{run_id}", base_port=8391, logs="latency-server")
+        try:
+            step = k6_step(inst.urls, [inst.product("pg-atomic", 1)], 200, 5, f"lat{run_id}-sat")
+        finally:
+            inst.stop()
+        saturation = step["paid_per_s"]
+        rate = max(int(saturation * 0.7), 20)
+        log(f"pg-atomic per-request at 200/s offered: {saturation:.0f} paid/s; rows at {rate}/s")
+    rows = []
+    for n in range(1, args.rounds + 1):
+        # The guard that goes first alternates round by round.
+        for label, guard, batch in (GUARDS if n % 2 else GUARDS[::-1]):
+            row = run(label, guard, batch, rate, args.seconds, f"lat{run_id}-{n}-{guard}-{batch}")
+            row["round"] = n
+            rows.append(row)
+    results = {"run": run_id, "rate": rate, "saturation": saturation, "seconds": args.seconds,
+               "cores": os.cpu_count(), "rows": rows}
+    (RESULTS / "latency.json").write_text(json.dumps(results, indent=1))
+    report(results)
+    if not all(r["exact"] for r in rows):
+        raise SystemExit("a row was not exact: see loadtest/results/latency.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -32,8 +32,7 @@ pub(super) async fn acquire(
         };
         queue.retain(|(_, name)| !strays.contains(name));
         // Whether the node we are about to watch heads the queue.
-        let behind_head = queue.first().is_some_and(|(seq, _)| *seq != mine)
-            && queue.get(1).is_some_and(|(seq, _)| *seq == mine);
+        let behind_head = queue.get(1).is_some_and(|(seq, _)| *seq == mine);
         let (predecessor, name) = match node::place(&queue, mine) {
             Place::Holder => return Ok((own, token, wakeups)),
             Place::After(name) => (format!("{dir}/{name}"), name.to_string()),

@@ -119,12 +119,7 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
     assert_eq!(env.stock(product).await, 3);
     assert!(!order.is_finished());
 
-    let_go(&mut holder, &mut out).await;
-    let reply = tokio::time::timeout(Duration::from_secs(30), order)
-        .await
-        .expect("order proceeds")
-        .unwrap()
-        .unwrap();
+    let reply = let_go_to(&mut holder, &mut out, order).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
     assert_eq!(env.stock(product).await, 2);
 }
@@ -165,12 +160,7 @@ async fn right_behind_the_head_our_waiter_takes_the_lock_without_listing_again()
         "the waiter listed the queue once to find its place"
     );
 
-    let_go(&mut holder, &mut out).await;
-    let reply = tokio::time::timeout(Duration::from_secs(30), order)
-        .await
-        .expect("order proceeds")
-        .unwrap()
-        .unwrap();
+    let reply = let_go_to(&mut holder, &mut out, order).await;
     assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
     assert_eq!(
         listings(&scrape(&server.base_url).await),
@@ -264,6 +254,20 @@ async fn let_go(holder: &mut Child, out: &mut Lines<BufReader<ChildStdout>>) {
         .await
         .expect("curator releases");
     assert_eq!(released.unwrap().as_deref(), Some("released"));
+}
+
+/// Lets a Curator holder go, and waits for the answer of our order queued behind it.
+async fn let_go_to(
+    holder: &mut Child,
+    out: &mut Lines<BufReader<ChildStdout>>,
+    order: tokio::task::JoinHandle<anyhow::Result<Reply>>,
+) -> Reply {
+    let_go(holder, out).await;
+    tokio::time::timeout(Duration::from_secs(30), order)
+        .await
+        .expect("order proceeds")
+        .unwrap()
+        .unwrap()
 }
 
 /// What a Curator `try` printed: `acquired` or `timeout`.

@@ -43,12 +43,10 @@ def stages(n):
         for line in open(RESULTS / f"latency-server-{i}.log", errors="replace"):
             line = ANSI.sub("", line)
             rid = re.search(r'request_id="([^"]+)"', line)
-            if "lock granted" in line or "stock written and committed" in line:
-                cycle = field(line, "cycle")
-                if "lock granted" in line:
-                    entered[cycle] = (at(line), field(line, "waited_ms", 0))
-                else:
-                    committed[cycle] = at(line)
+            if "lock granted" in line:
+                entered[field(line, "cycle")] = (at(line), field(line, "waited_ms", 0))
+            elif "stock written and committed" in line:
+                committed[field(line, "cycle")] = at(line)
             elif rid and "served by a lock cycle" in line:
                 served[rid.group(1)] = field(line, "cycle")
                 # pg-atomic takes no lock before its cycle: the cycle starts with its first order.
@@ -128,8 +126,6 @@ def report(results):
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
-        if not r["label"].startswith("zk"):  # see `run`: no lock held by one instance
-            r["lock_busy"] = r["handoffs"] = r["handoff_p50_ms"] = r["handoff_p99_ms"] = None
         lines.append(
             f"| {r['round']} | {r['label']} | {r['paid_per_s']:.0f} | {fmt(r['k6_p50_ms'])} | "
             f"**{fmt(r['k6_p99_ms'])}** | {fmt(r['lock_wait_p50_ms'], 0)} / {fmt(r['lock_wait_p99_ms'], 0)} | "

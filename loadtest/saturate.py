@@ -311,7 +311,11 @@ def main():
                         "saturation, or saturation-partial with --rows)")
     parser.add_argument("--baseline", help="another seckill binary (an older commit's): each "
                         "row runs on it too, right after ours, for ratios from one run")
+    parser.add_argument("--swap", action="store_true", help="with --baseline: the other build "
+                        "goes first on every row (a second run with it evens out the order)")
     args = parser.parse_args()
+    if args.swap and not args.baseline:
+        parser.error("--swap orders two builds: give --baseline")
     seconds = 2 if args.quick else args.seconds
     run_id = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -328,7 +332,8 @@ def main():
             if i not in only:
                 continue
             # Which build goes first alternates: neither always meets a colder ZooKeeper.
-            for name, _, _ in (builds if i % 2 == 0 else builds[::-1]):
+            # A row's place is fixed by its index, so `--swap` runs the other order.
+            for name, _, _ in (builds if (i % 2 == 0) != args.swap else builds[::-1]):
                 inst = fleets[name]
                 result = row(inst, Parts(inst, args.provider_pid), label, guard, batch, hot,
                              conns, seconds, f"{run_id}-{i}{name[0]}")
@@ -345,6 +350,7 @@ def main():
             inst.stop()
     results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
                "peak_rss_mib": rss, "floor": floors, "profile": prof, "baseline": args.baseline,
+               "swap": args.swap,
                "machine": {"cores": os.cpu_count()}}
     name = args.out or ("saturation-partial" if args.rows else "saturation")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
@@ -371,7 +377,8 @@ def markdown(r):
     if r.get("baseline"):
         out += ["", "Each row ran twice, side by side: **this** build and the **baseline** "
                 f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, the one to "
-                "go first alternating row by row."]
+                "go first alternating row by row"
+                + (", the other way round from a run without `--swap`." if r.get("swap") else ".")]
     out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
             "p99 (ms) | refused | CPU µs / paid: service | PostgreSQL | ZooKeeper | "
             "service + PostgreSQL + ZooKeeper | provider | its ledger | wrk | ZK writes / paid | "

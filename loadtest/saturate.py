@@ -213,9 +213,13 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
     warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm")
     zk_before = bench.zk_zxid(os.environ["SECKILL_ZK"])
     cycles_before = lock_cycles(inst.urls)
+    zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+    jit_before = jit_ticks(zookeeper)
     before = parts.snapshot()
     counts = wrk(inst.urls, products, connections, seconds, run_id)
     after = parts.snapshot()
+    # Part of ZooKeeper's CPU, if its JIT compiler was still at work (see `warm_up`).
+    jit_ms = (jit_ticks(zookeeper) - jit_before) / TICK * 1000
     zk_writes = bench.zk_zxid(os.environ["SECKILL_ZK"]) - zk_before
     cycles, served = (a - b for a, b in zip(lock_cycles(inst.urls), cycles_before))
     audits = [inst.audit(p) for p in products]
@@ -240,12 +244,13 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
         "zk_writes": zk_writes, "zk_writes_per_paid": zk_writes / max(paid, 1),
         "lock_cycles": cycles, "orders_per_cycle": served / max(cycles, 1),
         "cpu_us": cpu, "cpu_us_per_paid": per_paid, "units_sold": sold, "exact": exact,
-        "peak_rss_mib": inst.peak_rss(),
+        "peak_rss_mib": inst.peak_rss(), "zk_jit_ms": jit_ms,
     }
     bench.log(f"{label:30} hot {hot:3}: {result['paid_per_s']:7.0f} paid/s, p99 "
               f"{result['p99_ms']:6.1f} ms, CPU µs/paid: " + ", ".join(
                   f"{k} {v:.1f}" for k, v in per_paid.items()) +
-              f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}")
+              f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}"
+              f", ZooKeeper's JIT {jit_ms:.0f} ms")
     return result
 
 

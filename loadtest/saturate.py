@@ -448,6 +448,13 @@ def markdown(r):
             f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
+    busy = [x for x in r["rows"] if x.get("zk_jit_ms", 0) >= x["seconds"] * 10]
+    if busy:
+        out += ["", "ZooKeeper's JIT compiler was still at work in "
+                + ", ".join(f"{x['build']} {x['label']} ({x['hot']} hot): {x['zk_jit_ms']:.0f} ms, "
+                            f"{x['zk_jit_ms'] * 1000 / max(x['paid'], 1):.1f} µs per paid order"
+                            for x in busy)
+                + " (over 1 % of a core; counted in ZooKeeper's CPU above)."]
     out += ["", "Peak RSS per instance (after the 4,000-connection row): " + ", ".join(
         f"{b} {fmt(v, 1)} MiB" for b, v in r["peak_rss_mib"].items()), ""]
     for b in builds:

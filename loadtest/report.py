@@ -1,4 +1,5 @@
-"""Turns loadtest/results/bench.json into bench.md (tables, targets) and bench.svg (chart).
+"""Turns loadtest/results/bench.json into bench.md (tables, targets) and bench.svg (chart);
+`saturation_svg` draws the saturation run's chart (loadtest/saturate.py calls it).
 
     python3 loadtest/report.py loadtest/results/bench.json
 
@@ -150,6 +151,68 @@ def svg(r):
         legend.append(f'<text x="{lx + 20}" y="{h + 12}">{label}</text>')
     legend.append("</g>")
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h + 24}" '
+            f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
+            f'fill="white"/>{"".join(parts)}{"".join(legend)}</svg>\n')
+
+
+PARTS = {
+    "service": ("the service", "#d64545"),
+    "postgresql": ("PostgreSQL", "#3e4c59"),
+    "zookeeper": ("ZooKeeper", "#f0b429"),
+    "provider": ("the provider", "#9aa5b1"),
+    "ledger": ("its ledger", "#cbd2d9"),
+    "generator": ("wrk", "#7b93db"),
+}
+
+
+def saturation_svg(r):
+    """The saturation run (loadtest/saturate.py's JSON), a bar per row: paid orders/s, and
+    the CPU µs each part spent per paid order, stacked."""
+    rows = r["rows"]
+    two = len({x["build"] for x in rows}) > 1
+    w, pad, bar, label_w = 460, 40, 22, 190
+    h = pad + len(rows) * (bar + 6) + 30
+    parts = []
+
+    def name(x):
+        n = f"{x['label']}, {x['hot']} hot"
+        return f"{n} ({x['build']})" if two else n
+
+    def panel(ox, title, segments, top):
+        # A bar past `top` (the overload row's CPU, mostly refusals) is cut at the edge.
+        room = w - label_w - 50
+        scale = room / top
+        g = [f'<g transform="translate({ox},0)">',
+             f'<text x="{w / 2}" y="20" text-anchor="middle" font-weight="bold">{title}</text>']
+        for i, x in enumerate(rows):
+            y = pad + i * (bar + 6)
+            g.append(f'<text x="{label_w - 6}" y="{y + bar / 2 + 4}" text-anchor="end" '
+                     f'font-size="11">{name(x)}</text>')
+            at, end = label_w, label_w + room
+            for value, colour in segments(x):
+                width = max(min(value * scale, end - at), 0)
+                g.append(f'<rect x="{at:.1f}" y="{y}" width="{width:.1f}" '
+                         f'height="{bar}" fill="{colour}"/>')
+                at += width
+            total = sum(v for v, _ in segments(x))
+            cut = "›" if total * scale > room + 0.5 else ""
+            g.append(f'<text x="{at + 4:.1f}" y="{y + bar / 2 + 4}" font-size="11">'
+                     f'{cut}{fmt(total)}</text>')
+        g.append("</g>")
+        parts.extend(g)
+
+    panel(0, "Paid orders/s (wrk, 3 instances)", lambda x: [(x["paid_per_s"], "#d64545")],
+          max(x["paid_per_s"] for x in rows))
+    cpu = lambda x: [(x["cpu_us_per_paid"][k], colour) for k, (_, colour) in PARTS.items()]
+    totals = sorted(sum(v for v, _ in cpu(x)) for x in rows)
+    panel(w, "CPU µs per paid order, by part", cpu, min(totals[-1], 4 * totals[len(totals) // 2]))
+    legend = ['<g font-size="12">']
+    for i, (label, colour) in enumerate(PARTS.values()):
+        lx = w + 20 + i * 75
+        legend.append(f'<rect x="{lx}" y="{h - 18}" width="10" height="10" fill="{colour}"/>')
+        legend.append(f'<text x="{lx + 14}" y="{h - 9}" font-size="10">{label}</text>')
+    legend.append("</g>")
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h}" '
             f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
             f'fill="white"/>{"".join(parts)}{"".join(legend)}</svg>\n')
 

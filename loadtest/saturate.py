@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (its Instances and helpers)
+import report  # noqa: E402  (the chart)
 
 ROOT = bench.ROOT
 RESULTS = bench.RESULTS
@@ -405,7 +406,8 @@ def main():
                "machine": {"cores": os.cpu_count()}}
     name = args.out or ("saturation-partial" if args.rows else "saturation")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
-    (RESULTS / f"{name}.md").write_text(markdown(results))
+    (RESULTS / f"{name}.svg").write_text(report.saturation_svg(results))
+    (RESULTS / f"{name}.md").write_text(markdown(results, chart=f"{name}.svg"))
     print(markdown(results))
     if not all(r["exact"] for r in rows):
         raise SystemExit("a saturation row was not exact: see loadtest/results/saturation.md")
@@ -416,7 +418,7 @@ def ours(cpu):
     return cpu["service"] + cpu["postgresql"] + cpu["zookeeper"]
 
 
-def markdown(r):
+def markdown(r, chart=None):
     fmt = lambda x, d=0: f"{x:,.{d}f}".replace(",", " ")
     builds = sorted({x["build"] for x in r["rows"]}, key=lambda b: b != "this")
     out = [f"# seckill saturation ({r['run']}{', quick: not for figures' if r['quick'] else ''})",
@@ -448,6 +450,8 @@ def markdown(r):
             f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
+    if chart:
+        out += ["", f"![paid orders/s and CPU per paid order by part, row by row]({chart})"]
     busy = [x for x in r["rows"] if x.get("zk_jit_ms", 0) >= x["seconds"] * 10]
     if busy:
         out += ["", "ZooKeeper's JIT compiler was still at work in "

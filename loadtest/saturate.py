@@ -439,8 +439,8 @@ def markdown(r, chart=None):
     out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
             "p99 (ms) | refused | CPU µs / paid: service | PostgreSQL | ZooKeeper | "
             "service + PostgreSQL + ZooKeeper | provider | its ledger | wrk | ZK writes / paid | "
-            "exact |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "peak RSS so far (MiB) | exact |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
         c = x["cpu_us_per_paid"]
         out.append(
@@ -449,6 +449,7 @@ def markdown(r, chart=None):
             f"{fmt(x['refused'])} | {fmt(c['service'], 1)} | {fmt(c['postgresql'], 1)} | "
             f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
+            f"{fmt(x['peak_rss_mib'], 1) if x.get('peak_rss_mib') else '–'} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
     if chart:
         out += ["", f"![paid orders/s and CPU per paid order by part, row by row]({chart})"]

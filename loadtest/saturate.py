@@ -187,12 +187,12 @@ def jit_ticks(pids):
 def warm_up(inst, run_id, chunk=5, most=240):
     """Sells ten hot products, zk batched, in `chunk`-second runs until ZooKeeper's JIT
     compiler is done: its threads spent under 1 % of a core in each of the last two runs
-    (`most` seconds at most). A ZooKeeper just started runs its request path interpreted while the JVM's JIT
-    compiles it, for a minute or more under a sale, and the compiler's CPU counts as
-    ZooKeeper's: on a fresh one the first rows measured ZooKeeper at 2-4x the CPU per paid
-    order of a warm one, and ten hot products at 0.50-0.61x one product's rate against 0.68x.
-    (20 s of the bare lock's loop first did not change that, nor did 15 s of this sale: the
-    compiler's share only fell later.) Returns the compiler's ms, run by run."""
+    (`most` seconds at most). A ZooKeeper just started runs its request path interpreted
+    while the JVM's JIT compiles it, for a minute or more under a sale, and the compiler's
+    CPU counts as ZooKeeper's: on a fresh one the first rows measured ZooKeeper at 2-4x the
+    CPU per paid order of a warm one, and ten hot products at 0.50-0.61x one product's rate
+    against 0.68x. (20 s of the bare lock's loop first did not change that, nor did 15 s of
+    this sale: the compiler's share only fell later.) Returns the compiler's ms, run by run."""
     zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
     products = [inst.product("zk", 256) for _ in range(10)]
     seen = []
@@ -429,8 +429,8 @@ def markdown(r, chart=None):
            "provider's ledger are counted apart (a real gateway's database is not ours)."]
     if r.get("warm_up_jit_ms"):
         out += ["", "ZooKeeper was warmed up first: ten hot products sold in 5-s runs until its "
-                "JIT compiler's threads spent under 1 % of a core in two in a row (their ms per run: "
-                + " → ".join(f"{ms:.0f}" for ms in r["warm_up_jit_ms"]) + ")."]
+                "JIT compiler's threads spent under 1 % of a core in two in a row (their ms per "
+                "run: " + " → ".join(f"{ms:.0f}" for ms in r["warm_up_jit_ms"]) + ")."]
     if r.get("baseline"):
         out += ["", "Each row ran twice, side by side: **this** build and the **baseline** "
                 f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, the one to "

@@ -58,13 +58,24 @@ def pids_matching(pattern):
     return [int(p) for p in out.split()]
 
 
+def zookeeper_pids():
+    return pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+
+
+def stat_fields(path):
+    """A stat(5) file's fields after the command's closing parenthesis (field 3 on), or
+    None if the process or thread is gone."""
+    try:
+        return Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def cpu_ticks(pids):
     """utime + stime (+ reaped children's) of every pid still alive, by pid."""
     ticks = {}
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        if (fields := stat_fields(f"/proc/{pid}/stat")) is None:
             continue
         # Fields 14-17 of stat(5), counted after the command's closing parenthesis.
         ticks[pid] = sum(int(f) for f in fields[11:15])
@@ -89,7 +100,7 @@ class Parts:
             except OSError:
                 continue
             (ledger if "ledger" in title else postgres).append(pid)
-        zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+        zookeeper = zookeeper_pids()
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
             "service": cpu_ticks(self.instances),
@@ -106,9 +117,7 @@ def user_sys_ticks(pids):
     code or in the kernel (syscalls, TCP)."""
     user = system = 0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        if (fields := stat_fields(f"/proc/{pid}/stat")) is None:
             continue
         user, system = user + int(fields[11]), system + int(fields[12])
     return user, system
@@ -175,12 +184,11 @@ def jit_ticks(pids):
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").glob("*"):
             try:
-                if not (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler")):
-                    continue
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                compiler = (task / "comm").read_text().startswith(("C1 Compiler", "C2 Compiler"))
             except OSError:
                 continue
-            ticks += int(fields[11]) + int(fields[12])
+            if compiler and (fields := stat_fields(task / "stat")) is not None:
+                ticks += int(fields[11]) + int(fields[12])
     return ticks
 
 
@@ -193,7 +201,7 @@ def warm_up(inst, run_id, chunk=5, most=240):
     CPU per paid order of a warm one, and ten hot products at 0.50-0.61x one product's rate
     against 0.68x. (20 s of the bare lock's loop first did not change that, nor did 15 s of
     this sale: the compiler's share only fell later.) Returns the compiler's ms, run by run."""
-    zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+    zookeeper = zookeeper_pids()
     products = [inst.product("zk", 256) for _ in range(10)]
     seen = []
     started = time.monotonic()
@@ -216,7 +224,7 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
     warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm")
     zk_before = bench.zk_zxid(os.environ["SECKILL_ZK"])
     cycles_before = lock_cycles(inst.urls)
-    zookeeper = pids_matching(r"QuorumPeerMain|ZooKeeperServerMain")
+    zookeeper = zookeeper_pids()
     jit_before = jit_ticks(zookeeper)
     before = parts.snapshot()
     counts = wrk(inst.urls, products, connections, seconds, run_id)

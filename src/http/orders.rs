@@ -172,13 +172,10 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<OrderWithPayment>, ApiError> {
     let id = parse_id(&id, "order id")?;
-    let order = state
+    let (order, payment) = state
         .shop
-        .order(id)
+        .order_with_payment(id)
         .await?
         .ok_or(ApiError::Domain(Error::OrderNotFound(id)))?;
-    // Read after the order: a payment settled in between shows settled on an order that
-    // says `paying`, never the other way round (the order moves with the intent's record).
-    let payment = state.shop.payment(id).await?;
     Ok(Json(OrderWithPayment { order, payment }))
 }

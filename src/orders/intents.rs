@@ -196,15 +196,57 @@ pub(super) async fn paid(db: &PgPool, order_id: Uuid) -> Result<(), sqlx::Error>
     Ok(())
 }
 
-/// The order's payment as its buyer sees it, if it has one (its latest intent).
-pub(super) async fn payment(db: &PgPool, order_id: Uuid) -> Result<Option<Payment>, sqlx::Error> {
-    sqlx::query_as!(
-        Payment,
-        r#"SELECT key, COALESCE(outcome, 'pending') AS "outcome!", provider_ref, settled_by,
-                  created_at, settled_at
-           FROM payments WHERE order_id = $1 ORDER BY id DESC LIMIT 1"#,
+/// An order and its payment as its buyer sees them (its latest intent, if any), in one
+/// statement: one snapshot, so a settlement (which moves the intent and the order in one
+/// transaction) is seen whole or not at all, never a settled intent on a `paying` order.
+pub(super) async fn order_with_payment(
+    db: &PgPool,
+    order_id: Uuid,
+) -> Result<Option<(Order, Option<Payment>)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT o.id, o.product_id, o.user_id, o.quantity, o.amount_cents,
+                  o.status AS "status: OrderStatus", o.fence, o.lock_wait_ms, o.batch_size,
+                  o.failure, o.expires_at, o.created_at, o.updated_at,
+                  p.key AS "pay_key?", COALESCE(p.outcome, 'pending') AS "pay_outcome?",
+                  p.provider_ref AS "pay_ref?", p.settled_by AS "pay_settled_by?",
+                  p.created_at AS "pay_created_at?", p.settled_at AS "pay_settled_at?"
+           FROM orders o
+           LEFT JOIN LATERAL (
+               SELECT key, outcome, provider_ref, settled_by, created_at, settled_at
+               FROM payments WHERE order_id = o.id ORDER BY id DESC LIMIT 1
+           ) p ON true
+           WHERE o.id = $1"#,
         order_id
     )
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(|r| {
+        let payment = match (r.pay_key, r.pay_outcome, r.pay_created_at) {
+            (Some(key), Some(outcome), Some(created_at)) => Some(Payment {
+                key,
+                outcome,
+                provider_ref: r.pay_ref,
+                settled_by: r.pay_settled_by,
+                created_at,
+                settled_at: r.pay_settled_at,
+            }),
+            _ => None,
+        };
+        let order = Order {
+            id: r.id,
+            product_id: r.product_id,
+            user_id: r.user_id,
+            quantity: r.quantity,
+            amount_cents: r.amount_cents,
+            status: r.status,
+            fence: r.fence,
+            lock_wait_ms: r.lock_wait_ms,
+            batch_size: r.batch_size,
+            failure: r.failure,
+            expires_at: r.expires_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        };
+        (order, payment)
+    }))
 }

@@ -10,9 +10,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::combiner::Combiner;
+use super::intents;
 use super::model::{Answer, Order, Payment};
 use super::recorder::Recorder;
-use super::{intents, store};
 use crate::config::Config;
 use crate::error::Error;
 use crate::events::Events;
@@ -195,13 +195,12 @@ impl Shop {
         })
     }
 
-    /// One order, as it stands.
-    pub async fn order(&self, id: Uuid) -> Result<Option<Order>, Error> {
-        Ok(store::get(&self.db, id).await?)
-    }
-
-    /// The order's payment, if it has one.
-    pub async fn payment(&self, order_id: Uuid) -> Result<Option<Payment>, Error> {
-        Ok(intents::payment(&self.db, order_id).await?)
+    /// One order as it stands, with its payment, if it has one (read together: see
+    /// [`intents::order_with_payment`]).
+    pub async fn order_with_payment(
+        &self,
+        id: Uuid,
+    ) -> Result<Option<(Order, Option<Payment>)>, Error> {
+        Ok(intents::order_with_payment(&self.db, id).await?)
     }
 }

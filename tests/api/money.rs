@@ -496,3 +496,81 @@ async fn a_lost_answer_is_seen_pending_beside_the_ledgers_charge_then_settled_by
     .unwrap();
     assert_eq!(refused.code(), "demo_disabled", "{refused:?}");
 }
+
+/// `GET /orders/{id}` reads an order and its payment as of one moment. A settlement moves
+/// both in one transaction; read in two statements, one committing in between showed a
+/// settled intent on an order still `paying` (the page's money demo stopped on it and said
+/// the books disagree). Here the settlement is held open with the payments table locked:
+/// that blocks a read of `payments`, never one of `orders`, so the read is made to wait in
+/// its middle, and the settlement commits only once it is seen waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_and_its_payment_are_read_as_of_one_moment() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let base = app.base_url.clone();
+    let product = create_product(&base, 5, "pg-atomic").await;
+    let order = order_id(&place_order(&http(), &base, product, "dora").await.unwrap());
+    // Back to where a lost answer leaves an order: `paying`, its intent pending.
+    for sql in [
+        "UPDATE orders SET status = 'paying', updated_at = now() WHERE id = $1::uuid",
+        "UPDATE payments SET outcome = NULL, settled_at = NULL, settled_by = NULL
+         WHERE order_id = $1::uuid",
+    ] {
+        let moved = sqlx::query(sql)
+            .bind(&order)
+            .execute(&env.db)
+            .await
+            .unwrap();
+        assert_eq!(moved.rows_affected(), 1, "{sql}");
+    }
+
+    // The settlement, as the sweep commits it: the intent and the order together.
+    let mut settlement = env.db.begin().await.unwrap();
+    for sql in [
+        "LOCK TABLE payments IN ACCESS EXCLUSIVE MODE",
+        "UPDATE payments SET outcome = 'succeeded', settled_at = now(), settled_by = 'sweep'
+         WHERE order_id = $1::uuid",
+        "UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1::uuid",
+    ] {
+        let query = sqlx::query(sql);
+        let query = if sql.contains("$1") {
+            query.bind(&order)
+        } else {
+            query
+        };
+        query.execute(&mut *settlement).await.unwrap();
+    }
+    let read = {
+        let url = format!("{base}/orders/{order}");
+        tokio::spawn(async move { send(http().get(url)).await.unwrap() })
+    };
+    wait_until(
+        Duration::from_secs(15),
+        "the read to wait for the payments table",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND query LIKE '%settled_by%' AND query NOT LIKE '%INSERT%'",
+            )
+            .fetch_one(&env.db)
+            .await
+            .ok()?;
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    settlement.commit().await.unwrap();
+
+    let shown = read.await.unwrap();
+    assert_eq!(shown.status, StatusCode::OK, "{shown:?}");
+    assert_eq!(
+        (
+            &shown.body["status"],
+            &shown.body["payment"]["outcome"],
+            &shown.body["payment"]["settled_by"]
+        ),
+        (&json!("paid"), &json!("succeeded"), &json!("sweep")),
+        "the order and its payment as the settlement left them: {shown:?}"
+    );
+}

@@ -51,7 +51,12 @@ async fn outage_then_recovery(env: &TestEnv, base_url: &str, proxy: &ChaosProxy,
     )
     .await;
     assert_eq!(reply.body["status"], "paid");
-    assert_eq!(ready(base_url).await.status, StatusCode::OK);
+    // Readiness also carries the ensemble's standing, ranked in PostgreSQL once a second: a
+    // rank tried during the cut stays unknown until the next, which may come after the sale.
+    wait_until(Duration::from_secs(30), "/readyz to answer 200", || async {
+        (ready(base_url).await.status == StatusCode::OK).then_some(())
+    })
+    .await;
     assert_eq!(
         env.stock(product).await,
         2,

@@ -383,20 +383,9 @@ async fn a_claim_that_waited_for_a_stale_write_decides_with_what_it_committed() 
         let base = app.base_url.clone();
         tokio::spawn(async move { reserve(&base, product, "late-buyer").await })
     };
-    wait_until(
-        Duration::from_secs(15),
+    env.wait_for_lock_wait(
+        "%UPDATE products p SET fence_epoch%",
         "the claim to wait for the stale write's row lock",
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'
-                   AND query LIKE '%UPDATE products p SET fence_epoch%'",
-            )
-            .fetch_one(&env.db)
-            .await
-            .ok()?;
-            (waiting > 0).then_some(())
-        },
     )
     .await;
     stale.commit().await.unwrap();

@@ -341,6 +341,24 @@ impl TestEnv {
         .await
     }
 
+    /// Waits until a statement of this test's database whose text is `LIKE` `pattern` waits
+    /// for a lock: the state a test holding that lock needs before it lets go.
+    pub async fn wait_for_lock_wait(&self, pattern: &str, what: &str) {
+        wait_until(Duration::from_secs(15), what, || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'
+                   AND query LIKE $1",
+            )
+            .bind(pattern)
+            .fetch_one(&self.db)
+            .await
+            .ok()?;
+            (waiting > 0).then_some(())
+        })
+        .await
+    }
+
     /// An order's status and failure reason, from its row.
     pub async fn order_row(&self, order_id: &str) -> (String, Option<String>) {
         sqlx::query_as("SELECT status, failure FROM orders WHERE id = $1::uuid")

@@ -544,20 +544,11 @@ async fn an_order_and_its_payment_are_read_as_of_one_moment() {
         let url = format!("{base}/orders/{order}");
         tokio::spawn(async move { send(http().get(url)).await.unwrap() })
     };
-    wait_until(
-        Duration::from_secs(15),
+    // The read of `payments` (the settlement's own writes, and the sweep's record, have no
+    // `FROM payments` after `settled_at`).
+    env.wait_for_lock_wait(
+        "%settled_at%FROM payments%",
         "the read to wait for the payments table",
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'
-                   AND query LIKE '%settled_by%' AND query NOT LIKE '%INSERT%'",
-            )
-            .fetch_one(&env.db)
-            .await
-            .ok()?;
-            (waiting > 0).then_some(())
-        },
     )
     .await;
     settlement.commit().await.unwrap();

@@ -7,11 +7,14 @@
 //! - **demo** (`{root}/demo/{product}-{mode}`): a teaching-page hook armed by an admin and
 //!   consumed (deleted) by the one order that acts it out.
 //!
-//! A flag is a persistent node under the set's directory whose data is [`MARK`]. Each instance
-//! mirrors the names, kept current by a persistent ZooKeeper watch on the directory (re-listed
-//! on every change and after every reconnect, since watch events can be lost while
-//! disconnected). A node without the mark was made by someone else: it flags nothing, and is
-//! never deleted.
+//! A flag is a persistent node under the set's directory whose data is a [`Seal`]: a MAC over
+//! the node's path and the time it was raised, keyed by a secret every instance of the
+//! deployment has (`--admin-token`, else `--zk-auth`). Each instance mirrors the names, kept
+//! current by a persistent ZooKeeper watch on the directory (re-listed on every change and
+//! after every reconnect, since watch events can be lost while disconnected). A node without
+//! a valid seal was made by someone else (by hand, or copied from another product): it flags
+//! nothing, is logged, and is never deleted. Without either secret the key is public and a
+//! seal proves nothing (a demo server: its ZooKeeper is open to anyone anyway).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,9 +28,83 @@ use zookeeper_client as zk;
 use crate::lock::{make_dir, Zk};
 use crate::telemetry::metrics;
 
-/// The data of every flag we raise. A stranger's node named like a flag would otherwise stop a
+/// What a flag's data starts with; the seal's version.
+const SEALED: &str = "seckill-flag:v2:";
+
+/// The data of flags an older version raised: a public constant, so anyone able to write to
+/// ZooKeeper could have made one. Kept only where `--zk-auth` closes the directory.
+const OLD_MARK: &[u8] = b"seckill-flag";
+
+/// Seals and checks flags' data. A stranger's node named like a flag would otherwise stop a
 /// product's sales on every instance, or arm a demo without the admin token.
-const MARK: &[u8] = b"seckill-flag";
+#[derive(Clone)]
+pub struct Seal {
+    key: [u8; 32],
+}
+
+impl Seal {
+    /// The key every instance of a deployment derives alike from its secret (none: a demo).
+    pub fn new(secret: Option<&str>) -> Seal {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update(b"seckill flags v2\0");
+        hash.update(secret.unwrap_or_default().as_bytes());
+        Seal {
+            key: hash.finalize().into(),
+        }
+    }
+
+    fn mac(&self, path: &str, at_ms: u64) -> String {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(format!("{path}\n{at_ms}").as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The data of a flag raised at `path` now.
+    pub fn mark(&self, path: &str) -> Vec<u8> {
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        format!("{SEALED}{at_ms}:{}", self.mac(path, at_ms)).into_bytes()
+    }
+
+    /// Whether `data` is a seal this deployment made for `path` (compared in constant time).
+    pub fn verify(&self, path: &str, data: &[u8]) -> bool {
+        use hmac::Mac;
+        let Some(rest) = std::str::from_utf8(data)
+            .ok()
+            .and_then(|d| d.strip_prefix(SEALED))
+        else {
+            return false;
+        };
+        let Some((at_ms, mac)) = rest.split_once(':') else {
+            return false;
+        };
+        let (Ok(at_ms), Some(given)) = (at_ms.parse::<u64>(), unhex(mac)) else {
+            return false;
+        };
+        let mut expected = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        expected.update(format!("{path}\n{at_ms}").as_bytes());
+        expected.verify_slice(&given).is_ok()
+    }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -42,13 +119,15 @@ struct Inner {
     flagged: RwLock<HashSet<String>>,
     /// Bumped on every change of the mirror, for waiters on a flag.
     changes: watch::Sender<u64>,
-    /// Whether each listed name is ours (carries [`MARK`]): a resync reads only new names.
+    /// Seals our flags, and checks theirs.
+    seal: Seal,
+    /// Whether each listed name is ours (carries our seal): a resync reads only new names.
     verified: Mutex<HashMap<String, bool>>,
 }
 
 impl Flags {
     /// Creates `{root}/{name}`, loads its flags, and starts the watch that keeps them current.
-    pub async fn start(zk: Zk, root: &str, name: &str) -> anyhow::Result<Flags> {
+    pub async fn start(zk: Zk, root: &str, name: &str, seal: Seal) -> anyhow::Result<Flags> {
         let dir = format!("{root}/{name}");
         let client = zk.client();
         make_dir(&client, &dir, zk.acls())
@@ -60,6 +139,7 @@ impl Flags {
                 dir,
                 flagged: RwLock::new(HashSet::new()),
                 changes: watch::channel(0).0,
+                seal,
                 verified: Mutex::new(HashMap::new()),
             }),
         };
@@ -103,10 +183,13 @@ impl Flags {
         let created = retry(|| async {
             let client = self.inner.zk.client();
             metrics::zk("create");
-            match client.create(&path, MARK, &persistent).await {
+            match client
+                .create(&path, &self.inner.seal.mark(&path), &persistent)
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(zk::Error::NodeExists) => {
-                    match read_mark(&client, &path, self.inner.zk.acls()).await? {
+                    match read_mark(&client, &path, &self.inner).await? {
                         Some(ours) => Ok(ours),
                         // Gone since: create it again.
                         None => Err(zk::Error::ConnectionLoss),
@@ -153,7 +236,7 @@ impl Flags {
             loop {
                 metrics::zk("get_data");
                 let stat = match client.get_data(&path).await {
-                    Ok((data, stat)) if data == MARK => stat,
+                    Ok((data, stat)) if self.inner.seal.verify(&path, &data) => stat,
                     Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
                     Err(e) => return Err(e),
                 };
@@ -220,25 +303,26 @@ where
 
 /// Whether the node at `path` is one of our flags (`None`: there is no node).
 ///
-/// A flag raised before flags had a mark has no data. Under `--zk-auth` nobody without our
-/// credentials can have made a node here, so one with no data and a closed ACL is ours from
-/// an older version: it gets its mark now (an upgrade keeps its flags, and they can be
-/// lowered). Without auth there is no telling, and it is left out.
+/// A flag raised by an older version has no data, or the old public mark. Under `--zk-auth`
+/// nobody without our credentials can have made a node here, so one like that with a closed
+/// ACL is ours from an older version: it gets our seal now (an upgrade keeps its flags, and
+/// they can be lowered). Without auth there is no telling, and it is left out.
 async fn read_mark(
     client: &zk::Client,
     path: &str,
-    acls: zk::Acls<'static>,
+    inner: &Inner,
 ) -> Result<Option<bool>, zk::Error> {
+    let (acls, seal) = (inner.zk.acls(), &inner.seal);
     metrics::zk("get_data");
     let (data, stat) = match client.get_data(path).await {
         Ok(found) => found,
         Err(zk::Error::NoNode) => return Ok(None),
         Err(e) => return Err(e),
     };
-    if data == MARK {
+    if seal.verify(path, &data) {
         return Ok(Some(true));
     }
-    if !data.is_empty() || acls != zk::Acls::creator_all() {
+    if !(data.is_empty() || data == OLD_MARK) || acls != zk::Acls::creator_all() {
         return Ok(Some(false));
     }
     metrics::zk("get_acl");
@@ -251,14 +335,17 @@ async fn read_mark(
         Err(e) => return Err(e),
     }
     metrics::zk("set_data");
-    match client.set_data(path, MARK, Some(stat.version)).await {
+    match client
+        .set_data(path, &seal.mark(path), Some(stat.version))
+        .await
+    {
         Ok(_) => Ok(Some(true)),
         Err(zk::Error::NoNode) => Ok(None),
         // Changed since we read it: another instance marked it first, or it is not a flag.
         Err(zk::Error::BadVersion) => {
             metrics::zk("get_data");
             match client.get_data(path).await {
-                Ok((data, _)) => Ok(Some(data == MARK)),
+                Ok((data, _)) => Ok(Some(seal.verify(path, &data))),
                 Err(zk::Error::NoNode) => Ok(None),
                 Err(e) => Err(e),
             }
@@ -319,13 +406,13 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
     };
     let unverified = inner.unverified(&children);
     let marks = unverified.iter().map(|name| async move {
-        read_mark(client, &format!("{}/{name}", inner.dir), inner.zk.acls()).await
+        read_mark(client, &format!("{}/{name}", inner.dir), inner).await
     });
     for (name, mark) in unverified.iter().zip(join_all(marks).await) {
         // A node gone since the listing is not cached: the next listing leaves it out.
         let Some(ours) = mark? else { continue };
         if inner.record(name, ours) {
-            tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our mark); remove it if it is not wanted");
+            tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our seal); remove it if it is not wanted");
         }
     }
     let flagged = children.into_iter().filter(|c| inner.ours(c)).collect();
@@ -386,6 +473,24 @@ async fn follow(inner: std::sync::Weak<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_seal_holds_for_its_own_path_and_key_only() {
+        let seal = Seal::new(Some("the-deployment's-secret"));
+        let data = seal.mark("/seckill/soldout/42");
+        assert!(seal.verify("/seckill/soldout/42", &data));
+        assert!(
+            !seal.verify("/seckill/soldout/43", &data),
+            "copied to another product"
+        );
+        assert!(!Seal::new(Some("another secret")).verify("/seckill/soldout/42", &data));
+        assert!(
+            !seal.verify("/seckill/soldout/42", OLD_MARK),
+            "the old public mark"
+        );
+        assert!(!seal.verify("/seckill/soldout/42", b"seckill-flag:v2:1:00"));
+        assert!(!seal.verify("/seckill/soldout/42", b""));
+    }
 
     #[test]
     fn only_names_never_checked_are_read_again() {

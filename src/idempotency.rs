@@ -318,7 +318,9 @@ async fn settled(
 
 /// Records `attempt`'s answer on its key, or, for a transient one, frees the key when its
 /// order did nothing. Only while the key is still the attempt's: once freed and taken by a
-/// later attempt, the row is the later attempt's.
+/// later attempt, the row is the later attempt's. The first answer recorded wins: a late
+/// retry of a record (see `place`) never replaces one (a trigger keeps that for every
+/// writer, migration 0012).
 async fn finish(
     db: &PgPool,
     key: &str,
@@ -338,7 +340,7 @@ async fn finish(
     } else {
         sqlx::query!(
             "UPDATE idempotency_keys SET status_code = $3, response = $4, completed_at = now()
-             WHERE key = $1 AND attempt IS NOT DISTINCT FROM $2",
+             WHERE key = $1 AND attempt IS NOT DISTINCT FROM $2 AND response IS NULL",
             key,
             attempt,
             reply.status as i16,

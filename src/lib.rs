@@ -22,6 +22,7 @@
 //! - [`lock`]: the ZooKeeper session, the fair, fenced per-product lock, and Curator's other
 //!   recipes (semaphore, read-write lock, reentrancy).
 //! - [`error`]: the domain's one error type (no HTTP in it).
+//! - [`commit`]: a transaction's COMMIT whose answer was lost, decided by PostgreSQL itself.
 //! - [`group`]: group writes (many small writes, one statement), for payment answers and
 //!   the provider's ledger.
 //! - [`integer`]: request integers as JSON Schema counts them (`3.0` is `3`).
@@ -31,6 +32,7 @@
 //! Imports point down this list (`http` → `idempotency` → `orders` → `teaching` → `events`
 //! → `inventory` → `flags` → `lock` → ...), never back up.
 
+pub mod commit;
 pub mod config;
 pub mod error;
 pub mod events;

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::events::Events;
-use crate::flags::Flags;
+use crate::flags::{Flags, Seal};
 use crate::http::{self, AppState, Handles};
 use crate::idempotency;
 use crate::inventory::{self, Catalog};
@@ -96,8 +96,11 @@ impl Application {
         .await?;
         // Before serving: whether our ensemble may guard the stock (or another, alive, does).
         let (standing, standing_task) = inventory::keep_standing(db.clone(), zk.clone()).await;
-        let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout").await?;
-        let demo = Flags::start(zk.clone(), &config.zk_root, "demo").await?;
+        // The deployment's secret keys the flags' seal: the admin token, else ZooKeeper's.
+        let secret = config.admin_token.as_deref().or(config.zk_auth.as_deref());
+        let seal = Seal::new(secret);
+        let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout", seal.clone()).await?;
+        let demo = Flags::start(zk.clone(), &config.zk_root, "demo", seal).await?;
         let events = Events::start(db.clone(), zk.clone(), sold_out.clone())
             .await
             .context("listening for stock events")?;
@@ -123,6 +126,7 @@ impl Application {
             tasks.clone(),
             &teaching,
             Rules::of(&config),
+            standing.clone(),
         );
         let state = AppState::new(Handles {
             shop,

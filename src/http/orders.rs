@@ -133,7 +133,7 @@ fn respond(kept: Kept) -> Response {
         (status = 402, description = "`payment_failed`", body = ErrorBody<'static>),
         (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
         (status = 409, description = "`reservation_expired`, `payment_in_progress`, `order_not_payable`", body = ErrorBody<'static>),
-        (status = 503, description = "`payment_busy`: no payment lease before the deadline; not charged, still `reserved`. `outcome_pending`: the provider's answer did not come back; the charge is settled in the background", body = ErrorBody<'static>),
+        (status = 503, description = "`payment_busy`: no payment lease before the deadline; not charged, still `reserved` with its deadline (`order_id`). `outcome_pending`: the provider's answer (or the claim's) did not come back; the charge is settled in the background (`order_id`)", body = ErrorBody<'static>),
     ))]
 async fn pay(
     State(state): State<AppState>,

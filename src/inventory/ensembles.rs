@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::lock::Zk;
+use crate::telemetry::metrics;
 
 /// How many session timeouts an ensemble must be silent before another takes over: longer
 /// than any pause of a live fleet (a PostgreSQL restart, an instance paused past its session).
@@ -73,6 +74,11 @@ async fn beat(db: &PgPool, zk: &Zk, silence: Duration, standing: &watch::Sender<
             Standing::Unknown
         }
     };
+    metrics::ensemble_standing(match now {
+        Standing::Guarding => "guarding",
+        Standing::Outranked { .. } => "outranked",
+        Standing::Unknown => "unknown",
+    });
     let was = standing.send_replace(now);
     if was == now {
         return;

@@ -14,7 +14,9 @@ use crate::lock::Token;
 /// takes over without anyone editing the database ([`super::ensembles`] decides when it may);
 /// and why no window opens for two writers: the order of tokens stays total, and the old
 /// ensemble's holders are fenced out even if it comes back. `None`: a newer token has
-/// claimed the row, or Postgres does not rank our ensemble (yet).
+/// claimed the row, or Postgres does not rank our ensemble (yet), or ranks another above it:
+/// only the newest epoch claims, so an outranked ensemble's holders write nothing even on a
+/// row no newer token has claimed yet.
 pub(super) async fn claim(
     db: &PgPool,
     product_id: i64,
@@ -24,6 +26,7 @@ pub(super) async fn claim(
         "UPDATE products p SET fence_epoch = e.epoch, fence = $3
          FROM zk_ensembles e
          WHERE p.id = $1 AND e.id = $2 AND (p.fence_epoch, p.fence) <= (e.epoch, $3)
+           AND e.epoch = (SELECT max(epoch) FROM zk_ensembles)
          RETURNING e.epoch",
         product_id,
         token.ensemble,

@@ -11,6 +11,7 @@ use super::fence::{claim, Claim};
 use super::guard::{enter, Protection};
 use super::product::{Product, MAX_STOCK, MAX_STOCKED_TOTAL};
 use super::terms::Current;
+use crate::commit::Tracked;
 use crate::error::Error;
 use crate::flags::Flags;
 use crate::lock::{LockError, Session, Zk};
@@ -50,7 +51,8 @@ pub async fn restock(
     )
     .await?;
     let mut tx = match outcome {
-        Outcome::Applied(tx) => tx,
+        // An admin's restock: a failed commit is answered 503 and simply retried.
+        Outcome::Applied(written) => written.tx,
         Outcome::Insufficient { .. } => {
             return Err(Error::Unprocessable(
                 "restocking that much would overflow the stock".into(),
@@ -94,7 +96,9 @@ pub fn next_stock(stock: i32, change: Change) -> Option<i32> {
 /// How a stock change ended. `Applied` and `Insufficient` hand back the open transaction so
 /// the caller records the order's new status atomically with the stock, then commits.
 pub enum Outcome {
-    Applied(Transaction<'static, Postgres>),
+    /// Written, not yet committed: commit it with [`Tracked::commit`] where its outcome is
+    /// reported to a buyer.
+    Applied(Tracked),
     /// Not enough stock; `stock` is what is left (0 means sold out).
     Insufficient {
         tx: Transaction<'static, Postgres>,
@@ -227,10 +231,7 @@ impl StockRead {
     /// write would overwrite the first with a value computed from a stale read. Without a
     /// token it is not: `pg-atomic` holds the row lock from its read, and `none` exists to
     /// show that lost update.
-    pub async fn write(
-        mut self,
-        next: i32,
-    ) -> Result<Option<Transaction<'static, Postgres>>, sqlx::Error> {
+    pub async fn write(mut self, next: i32) -> Result<Option<Tracked>, sqlx::Error> {
         // The terms read with the stock must still be the row's: a holder that lost its
         // locks mid-cycle (session expired) would otherwise decide under terms a change has
         // replaced since, which the terms lock alone cannot stop once it is gone.
@@ -242,7 +243,8 @@ impl StockRead {
                AND (($2::BIGINT IS NULL AND $3::BIGINT IS NULL) OR (p.fence_epoch = $2 AND p.fence = $3))
                AND p.terms_version = $5
                AND ($2::BIGINT IS NULL OR p.stock = $6)
-             RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
+             RETURNING pg_notify('seckill_events', json_build_object('product', id)::text),
+                       pg_current_xact_id()::TEXT::BIGINT AS \"xid!\", pg_backend_pid() AS \"pid!\"",
             self.product_id,
             self.claim.map(|c| c.epoch),
             self.claim.map(|c| c.zxid),
@@ -252,7 +254,11 @@ impl StockRead {
         )
         .fetch_optional(&mut *self.tx)
         .await?;
-        Ok(written.map(|_| self.tx))
+        Ok(written.map(|w| Tracked {
+            tx: self.tx,
+            xid: w.xid,
+            pid: w.pid,
+        }))
     }
 }
 
@@ -282,8 +288,8 @@ pub async fn change_stock(
             let stock = read.stock;
             return Ok(Outcome::Insufficient { tx: read.tx, stock });
         };
-        if let Some(tx) = read.write(next).await? {
-            return Ok(Outcome::Applied(tx));
+        if let Some(written) = read.write(next).await? {
+            return Ok(Outcome::Applied(written));
         }
     }
     Ok(Outcome::Fenced)

@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::model::{Order, OrderStatus, Ticket};
 use super::shop::Shop;
 use super::store::{self, Row};
+use crate::commit::CommitError;
 use crate::error::Error;
 use crate::inventory::{self, Protection, Read, Terms};
 use crate::teaching::Pause;
@@ -144,7 +145,7 @@ pub async fn serve(
         &superseded,
         tickets,
     );
-    let Some(mut tx) = read.write(left).await? else {
+    let Some(mut written) = read.write(left).await? else {
         return Err(Error::LockLost { order_id: None });
     };
     let fence = match protection {
@@ -174,7 +175,8 @@ pub async fn serve(
         }
     }
     let size = Some(rows.len() as i32);
-    let orders = match store::insert(&mut tx, &terms, fence, size, &rows, &units).await {
+    let inserted = store::insert(&mut written.tx, &terms, fence, size, &rows, &units).await;
+    let orders = match inserted {
         Ok(orders) => orders,
         // The holdings changed since our read: only possible with no guard (`none`), where
         // another order of the buyer raced ours. The CHECK refused it: nothing sold.
@@ -183,15 +185,21 @@ pub async fn serve(
         }
         Err(e) => return Err(e.into()),
     };
-    if let Err(e) = tx.commit().await {
-        let ids: Vec<Uuid> = orders.iter().map(|o| o.id).collect();
-        let deadline =
-            tickets.iter().map(|t| t.placed).min().unwrap_or(acquired) + shop.rules.request_timeout;
-        if ids.is_empty() || !landed(shop, &ids, e, deadline).await? {
-            return Err(Error::Unavailable(anyhow::anyhow!(
-                "the lock cycle's commit failed"
-            )));
+    let deadline =
+        tickets.iter().map(|t| t.placed).min().unwrap_or(acquired) + shop.rules.request_timeout;
+    match written
+        .commit(&shop.db, tokio::time::Instant::from_std(deadline))
+        .await
+    {
+        Ok(()) => {}
+        Err(CommitError::NotCommitted(e)) => {
+            return Err(Error::Unavailable(
+                anyhow::Error::new(e).context("the lock cycle's commit failed"),
+            ))
         }
+        // Its orders may be written (a `paying` one's intent is then the sweep's): each is
+        // named in its 503 `outcome_pending`, and nothing is written over them.
+        Err(CommitError::Unknown(_)) => return Err(Error::OutcomePending { order_id: None }),
     }
     let mut written = orders.into_iter();
     let orders = verdicts
@@ -233,32 +241,6 @@ async fn superseded(conn: &mut PgConnection, tickets: &[Ticket]) -> Result<HashS
         .filter(|t| t.key.as_ref().is_some_and(|key| !held.contains(key)))
         .map(|t| t.id)
         .collect())
-}
-
-/// A commit that answered with an error may have committed all the same (its answer was
-/// lost): read back whether the batch's orders exist, until `deadline`. `Ok(true)`: it
-/// committed, carry on with what was written (never write `failed` over it); `Ok(false)`:
-/// nothing was written; an error: it cannot be known yet (503 `outcome_pending`, each order
-/// named: a committed `paying` order's intent is settled by the sweep).
-async fn landed(
-    shop: &Shop,
-    ids: &[Uuid],
-    commit: sqlx::Error,
-    deadline: Instant,
-) -> Result<bool, Error> {
-    tracing::warn!(orders = ids.len(), error = %commit, "a lock cycle's commit did not answer; reading back whether it committed");
-    let mut pause = std::time::Duration::from_millis(50);
-    loop {
-        match store::committed(&shop.db, ids).await {
-            Ok(committed) => return Ok(committed),
-            Err(e) if Instant::now() + pause < deadline => {
-                tracing::debug!(error = %e, "reading back a commit failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(1));
-            }
-            Err(_) => return Err(Error::OutcomePending { order_id: None }),
-        }
-    }
 }
 
 /// What an order costs under `terms` (bounded: price and quantity are both capped).

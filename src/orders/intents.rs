@@ -127,30 +127,34 @@ pub(super) async fn record_payments(
 }
 
 /// Gives an order whose charge was never sent back to its reservation (`paying` →
-/// `reserved`, deadline unchanged) and drops its intent — only while the product's unpaid
-/// reservations have room for it (`share` of its stock, the product's row locked so two
-/// such returns cannot both take the last room). `false`: no room, nothing changed.
+/// `reserved`, deadline unchanged) and drops its intent, in one transaction. With a `share`,
+/// only while the product's unpaid reservations have room for it (`share` of its stock, the
+/// product's row locked so two such returns cannot both take the last room); without one
+/// (the order was a reservation a moment ago, already counted), always. `false`: no room,
+/// nothing changed.
 pub(super) async fn unclaim(
     db: &PgPool,
     id: Uuid,
     key: &str,
-    share: f64,
+    share: Option<f64>,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = db.begin().await?;
-    let room = sqlx::query_scalar!(
-        r#"SELECT (SELECT COALESCE(SUM(r.quantity), 0) FROM orders r
-                   WHERE r.product_id = p.id AND r.status = 'reserved') + o.quantity
-                  <= ceil(p.stocked_total * $2::FLOAT8) AS "room!"
-           FROM orders o JOIN products p ON p.id = o.product_id
-           WHERE o.id = $1
-           FOR UPDATE OF p"#,
-        id,
-        share
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    if room != Some(true) {
-        return Ok(false);
+    if let Some(share) = share {
+        let room = sqlx::query_scalar!(
+            r#"SELECT (SELECT COALESCE(SUM(r.quantity), 0) FROM orders r
+                       WHERE r.product_id = p.id AND r.status = 'reserved') + o.quantity
+                      <= ceil(p.stocked_total * $2::FLOAT8) AS "room!"
+               FROM orders o JOIN products p ON p.id = o.product_id
+               WHERE o.id = $1
+               FOR UPDATE OF p"#,
+            id,
+            share
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if room != Some(true) {
+            return Ok(false);
+        }
     }
     sqlx::query!(
         "WITH o AS (
@@ -165,6 +169,41 @@ pub(super) async fn unclaim(
     .await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// Removes the order's intent while it is still pending: its charge was never sent.
+pub(super) async fn drop_unsent(
+    conn: impl sqlx::PgExecutor<'_>,
+    order_id: Uuid,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "DELETE FROM payments WHERE order_id = $1 AND outcome IS NULL",
+        order_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Orders, not `paying`, whose intent has been pending longer than `age`: an intent that
+/// nothing would ever settle (the sweep's payment pass looks at `paying` orders only).
+pub(super) async fn orphans(
+    db: &PgPool,
+    age: std::time::Duration,
+    limit: i64,
+) -> Result<Vec<Order>, sqlx::Error> {
+    sqlx::query_as!(
+        Order,
+        "SELECT o.id AS \"id!\", o.product_id AS \"product_id!\", o.user_id AS \"user_id!\", o.quantity AS \"quantity!\", o.amount_cents AS \"amount_cents!\", o.status AS \"status!: OrderStatus\", o.fence, o.lock_wait_ms, o.batch_size, o.failure, o.expires_at, o.created_at AS \"created_at!\", o.updated_at AS \"updated_at!\"
+         FROM payments p JOIN orders o ON o.id = p.order_id
+         WHERE p.outcome IS NULL AND o.status <> 'paying'
+           AND p.created_at < now() - make_interval(secs => $1)
+         ORDER BY p.created_at LIMIT $2",
+        age.as_secs_f64(),
+        limit
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// An intent as the sweep reads it: its outcome once recorded.

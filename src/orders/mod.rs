@@ -32,7 +32,8 @@
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`recorder`]: the providers' answers, recorded many to a statement.
 //! - `lost_answer`: the page's money demo (a charge made, its answer lost, settled by the sweep).
-//! - [`sweep`]: the background pass that expires reservations and settles stale payments.
+//! - `returns`: lapsed reservations back on sale, many per lock cycle, fenced like a sale.
+//! - [`sweep`]: the background loops: returns, settlement of stale payments, upkeep.
 //! - [`store`]: the order's SQL; `intents`: the payment intents' SQL.
 
 pub mod batch;
@@ -45,6 +46,7 @@ mod pay;
 mod place;
 mod recorder;
 pub mod request;
+mod returns;
 pub mod shop;
 pub mod store;
 pub mod sweep;

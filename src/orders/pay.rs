@@ -24,7 +24,7 @@ use super::shop::Shop;
 use super::store::{self, advance};
 use crate::error::Error;
 use crate::inventory::{self, Change, Outcome};
-use crate::lock::{Lease, LockError, Owner, Session};
+use crate::lock::{Lease, LockError, Session};
 use crate::payment::{Charge, PAYMENT_SEMAPHORE};
 use crate::telemetry::metrics;
 
@@ -52,7 +52,16 @@ impl Shop {
 /// order's row, so a payment racing the expiry ends in exactly one of them.
 async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
     let db = &shop.db;
-    let claimed = intents::claim_for_payment(db, id, &intent_key(id)).await?;
+    let claimed = match intents::claim_for_payment(db, id, &intent_key(id)).await {
+        Ok(claimed) => claimed,
+        // The claim was sent and its answer lost: it may have moved the order to `paying`
+        // with its intent (which the sweep then charges). Not known: the buyer follows the
+        // order rather than hearing it failed.
+        Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => {
+            return Err(Error::OutcomePending { order_id: Some(id) })
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Some(order) = claimed else {
         let current = store::get(db, id).await?.ok_or(Error::OrderNotFound(id))?;
         return match current.status {
@@ -66,7 +75,17 @@ async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
         };
     };
     let deadline = Instant::now() + shop.rules.request_timeout;
-    settle(shop, order, deadline).await
+    settle(shop, order, deadline, Claimed::Reservation).await
+}
+
+/// Where an order claimed for payment came from: what it goes back to without a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claimed {
+    /// A reservation the buyer is paying (`POST /orders/{id}/pay`): it stays reserved.
+    Reservation,
+    /// A `pay: true` order its lock cycle wrote `paying`: reserved if the product's unpaid
+    /// reservations have room, otherwise its units go back on sale.
+    Sale,
 }
 
 /// Settles a batch's orders claimed for payment and answers each as its own charge settles.
@@ -78,7 +97,8 @@ pub(super) async fn settle_and_answer(
     let settled = paying.into_iter().map(|(order, reply, deadline)| {
         let shop = &shop;
         async move {
-            let _ = reply.send(settle(shop, order, Instant::from_std(deadline)).await);
+            let deadline = Instant::from_std(deadline);
+            let _ = reply.send(settle(shop, order, deadline, Claimed::Sale).await);
         }
     });
     join_all(settled).await;
@@ -91,10 +111,10 @@ pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// One order claimed for payment (`paying`, its intent pending): a lease if payments are
 /// bounded, the charge (retried under its key until the deadline), its outcome recorded.
-async fn settle(shop: &Shop, order: Order, deadline: Instant) -> Answer {
+async fn settle(shop: &Shop, order: Order, deadline: Instant, from: Claimed) -> Answer {
     let lease = match lease(shop, &order, deadline - ANSWER_MARGIN).await {
         Ok(lease) => lease,
-        Err(e) => return unclaim(shop, &order, e).await,
+        Err(e) => return unclaim(shop, &order, e, from).await,
     };
     // At least one whole try, even for an order whose request has already timed out (its
     // buyer learns the outcome by retrying the key): the sooner it is known, the better.
@@ -119,7 +139,11 @@ async fn settle(shop: &Shop, order: Order, deadline: Instant) -> Answer {
 
 /// A payment lease when `--payment-concurrency` is set, waited for until `charge_by` less
 /// one try at the provider, so the charge still fits in its request.
-async fn lease(shop: &Shop, order: &Order, charge_by: Instant) -> Result<Option<Lease>, LockError> {
+pub(super) async fn lease(
+    shop: &Shop,
+    order: &Order,
+    charge_by: Instant,
+) -> Result<Option<Lease>, LockError> {
     let max = shop.rules.payment_concurrency;
     if max == 0 {
         return Ok(None);
@@ -136,22 +160,27 @@ async fn lease(shop: &Shop, order: &Order, charge_by: Instant) -> Result<Option<
     Ok(Some(lease))
 }
 
-/// No lease before the deadline: nothing was sent, so the intent goes and the order goes
-/// back to its reservation (`paying` → `reserved`), payable later — if the product's unpaid
-/// reservations have room for it (`--max-unpaid-share`); if not, its units go back on sale
-/// (`failed`) rather than past the cap.
-async fn unclaim(shop: &Shop, order: &Order, e: LockError) -> Answer {
+/// No lease before the deadline: nothing was sent, so the order goes back to where it was
+/// claimed from with its intent removed, in one transaction: a reservation stays reserved
+/// with its deadline (503 `payment_busy`); a sale's `paying` order becomes a reservation if
+/// the product's unpaid reservations have room (`--max-unpaid-share`), otherwise its units
+/// go back on sale (`failed`, 409 `too_many_unpaid`) and its intent with them.
+async fn unclaim(shop: &Shop, order: &Order, e: LockError, from: Claimed) -> Answer {
     tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged");
-    let share = shop.rules.max_unpaid_share;
+    let share = match from {
+        Claimed::Reservation => None,
+        Claimed::Sale => Some(shop.rules.max_unpaid_share),
+    };
+    let busy = || match &e {
+        LockError::Timeout(_) | LockError::TooBusy => Error::PaymentBusy { order_id: order.id },
+        other => Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id)),
+    };
     match intents::unclaim(&shop.db, order.id, &intent_key(order.id), share).await {
-        Ok(true) => Err(match e {
-            LockError::Timeout(_) | LockError::TooBusy => Error::PaymentBusy { order_id: order.id },
-            other => Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id)),
-        }),
+        Ok(true) => Err(busy()),
         Ok(false) => {
             // Not room for another unpaid reservation: give the units back instead.
-            let released = release(shop, order, OrderStatus::Paying, OrderStatus::Failed, None);
-            match released.await {
+            let to = OrderStatus::Failed;
+            match release(shop, order, OrderStatus::Paying, to, Intent::DropUnsent).await {
                 Ok(_) => Err(Error::TooManyUnpaid),
                 Err(e) => Err(Error::Unavailable(e.context(format!(
                     "order {}: not charged, and its units could not be returned yet",
@@ -243,7 +272,7 @@ pub(super) async fn give_back(shop: &Shop, order: &Order) {
             order,
             OrderStatus::Paying,
             OrderStatus::PaymentFailed,
-            None,
+            Intent::Keep,
         )
         .await
         {
@@ -257,24 +286,32 @@ pub(super) async fn give_back(shop: &Shop, order: &Order) {
     tracing::error!(order = %order.id, "stock not returned yet; the order keeps its units");
 }
 
+/// What a return does with the order's payment intent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Intent {
+    /// Leaves it: settled already (a decline), or there is none.
+    Keep,
+    /// Removes it while still pending: its charge was never sent (no payment lease).
+    DropUnsent,
+}
+
 /// Puts an order's units back on sale and moves it `from` → `to`, both in one transaction
-/// under the product's guard. `Ok(false)` if the order had already left `from` (for
-/// `reserved`, also: not yet due), which rolls the stock back: another instance's sweep or a
-/// payment got there first. An `owner` holding the product's lock already re-enters it.
+/// under the product's guard (with the order's `intent`, see [`Intent`]). `Ok(false)` if the
+/// order had already left `from`, which rolls the stock back: another instance's sweep or a
+/// payment got there first. A failed commit is decided by PostgreSQL (see `commit`).
 pub(super) async fn release(
     shop: &Shop,
     order: &Order,
     from: OrderStatus,
     to: OrderStatus,
-    owner: Option<&Owner>,
+    intent: Intent,
 ) -> anyhow::Result<bool> {
     let product = shop
         .terms(order.product_id)
         .await?
         .ok_or_else(|| anyhow!("product {} vanished", order.product_id))?;
-    let (lock, protection) = inventory::enter_as(
+    let (lock, protection) = inventory::enter(
         &shop.zk,
-        owner,
         product.id,
         product.guard,
         Session::Shared,
@@ -289,17 +326,21 @@ pub(super) async fn release(
         inventory::think(shop.rules.stock_think),
     )
     .await?;
-    let mut tx = match outcome {
-        Outcome::Applied(tx) => tx,
+    let mut written = match outcome {
+        Outcome::Applied(written) => written,
         Outcome::Insufficient { .. } => return Err(anyhow!("stock would overflow")),
         Outcome::Fenced => return Err(anyhow!("lock lost while returning stock")),
     };
-    if !advance(&mut tx, order.id, from, to).await? {
-        tx.rollback().await?; // and the stock with it
+    if !advance(&mut written.tx, order.id, from, to).await? {
+        written.tx.rollback().await?; // and the stock with it
         return Ok(false);
     }
-    store::release_units(&mut tx, order).await?;
-    tx.commit().await?;
+    store::release_units(&mut written.tx, order).await?;
+    if intent == Intent::DropUnsent {
+        intents::drop_unsent(&mut *written.tx, order.id).await?;
+    }
+    let deadline = Instant::now() + shop.rules.request_timeout;
+    written.commit(&shop.db, deadline).await?;
     drop(lock);
     shop.sold_out.lower(&product.id.to_string()).await;
     Ok(true)

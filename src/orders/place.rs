@@ -64,6 +64,14 @@ impl Shop {
             terms = self.fresh_terms(product_id).await?;
         }
         let quantity = request.quantity_for(&terms).map_err(Error::Unprocessable)?;
+        // Our tokens cannot claim a row while another ensemble guards the database: refused
+        // here, before a lock node or an order row is written (a stray instance must leave
+        // every row to the fleet that guards it).
+        if terms.guard.recipe().is_some() && self.outranked() {
+            return Err(Error::Unavailable(anyhow!(
+                "this instance's ZooKeeper ensemble does not guard this database (see /readyz)"
+            )));
+        }
         let amount_cents = terms
             .price_cents
             .checked_mul(quantity.into())

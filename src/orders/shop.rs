@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
@@ -17,7 +18,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::events::Events;
 use crate::flags::Flags;
-use crate::inventory::{Catalog, Terms};
+use crate::inventory::{Catalog, Standing, Terms};
 use crate::lock::Zk;
 use crate::payment::Provider;
 use crate::teaching::{Act, Teaching};
@@ -78,6 +79,10 @@ pub struct Shop {
     /// The teaching page's hook on lock cycles: none on a server that allows no demos.
     pub(super) teaching: Option<Teaching>,
     pub(super) rules: Rules,
+    /// Whether our ZooKeeper ensemble guards the database: an outranked instance (a stray,
+    /// pointed at another ZooKeeper) sells nothing under a ZooKeeper guard and takes no
+    /// background work, so it holds no row the guarding fleet needs.
+    pub(super) standing: watch::Receiver<Standing>,
 }
 
 impl Shop {
@@ -92,6 +97,7 @@ impl Shop {
         tasks: TaskTracker,
         teaching: &Teaching,
         rules: Rules,
+        standing: watch::Receiver<Standing>,
     ) -> Shop {
         let recorder = Recorder::new(db.clone());
         Shop {
@@ -106,7 +112,14 @@ impl Shop {
             tasks,
             teaching: teaching.on_sale_path().then(|| teaching.clone()),
             rules,
+            standing,
         }
+    }
+
+    /// Whether another ZooKeeper ensemble, alive, guards the database (not merely "not
+    /// known": a PostgreSQL outage leaves the standing unknown, and the fence still decides).
+    pub fn outranked(&self) -> bool {
+        matches!(*self.standing.borrow(), Standing::Outranked { .. })
     }
 
     /// This instance's per-product queues of orders waiting for a lock cycle.

@@ -144,6 +144,61 @@ pub(super) async fn release_units(tx: &mut PgConnection, order: &Order) -> Resul
     Ok(())
 }
 
+/// Expires up to `limit` of the product's reservations past their deadline, oldest first,
+/// skipping any a payment is claiming this moment; returns each one's buyer and units.
+pub(super) async fn expire_due(
+    tx: &mut PgConnection,
+    product_id: i64,
+    limit: i64,
+) -> Result<Vec<(String, i32)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "UPDATE orders o SET status = 'expired', updated_at = now()
+         WHERE o.id IN (SELECT d.id FROM orders d
+                        WHERE d.product_id = $1 AND d.status = 'reserved' AND d.expires_at <= now()
+                        ORDER BY d.expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+         RETURNING o.user_id, o.quantity",
+        product_id,
+        limit
+    )
+    .fetch_all(tx)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.user_id, r.quantity)).collect())
+}
+
+/// Takes returned units off their buyers' holdings (one statement for a cycle's returns).
+pub(super) async fn release_holdings(
+    tx: &mut PgConnection,
+    product_id: i64,
+    returned: &[(String, i32)],
+) -> Result<(), sqlx::Error> {
+    let (users, units): (Vec<&str>, Vec<i32>) =
+        returned.iter().map(|(u, q)| (u.as_str(), *q)).unzip();
+    sqlx::query!(
+        "UPDATE purchases p SET units = p.units - t.units
+         FROM (SELECT user_id, SUM(units)::INT AS units
+               FROM unnest($2::text[], $3::int[]) AS r(user_id, units) GROUP BY user_id) t
+         WHERE p.product_id = $1 AND p.user_id = t.user_id",
+        product_id,
+        &users as _,
+        &units
+    )
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// Products with reservations past their deadline, the longest overdue first.
+pub(super) async fn products_due(db: &PgPool, limit: i64) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT product_id AS "product_id!" FROM orders
+           WHERE status = 'reserved' AND expires_at <= now()
+           GROUP BY product_id ORDER BY min(expires_at) LIMIT $1"#,
+        limit
+    )
+    .fetch_all(db)
+    .await
+}
+
 /// Moves the order `from` → `to` if it is still `from`; `false` if it had moved on. A
 /// `reserved` order moves only once due (the expiry's side of the race with a payment).
 pub(super) async fn advance(
@@ -212,16 +267,5 @@ pub(super) async fn held_keys(
         attempts
     )
     .fetch_all(conn)
-    .await
-}
-
-/// Whether the orders `ids` exist: after a commit whose answer was lost, whether it
-/// committed (a batch's rows are written in one transaction: all or none).
-pub(super) async fn committed(db: &PgPool, ids: &[Uuid]) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM orders WHERE id = ANY($1)) AS "committed!""#,
-        ids
-    )
-    .fetch_one(db)
     .await
 }

@@ -1,194 +1,171 @@
-//! The background work every instance does, once a `--expiry-interval-ms`: return the stock
-//! of reservations past their deadline, settle payments abandoned half way, close orders left
-//! `created`, and lower sold-out flags that the stock contradicts.
+//! The background work every instance does, once a `--expiry-interval-ms`, in three loops
+//! of their own so that none waits behind another (a provider that hangs for minutes must
+//! not keep lapsed units off sale):
+//! - **returns**: reservations past their deadline go back on sale, by the hundred per lock
+//!   cycle (see `returns`);
+//! - **settlement**: payments abandoned half way are settled from the provider's word,
+//!   several at once, each charge under a payment lease when `--payment-concurrency` is set;
+//! - **upkeep**: orders left `created` are closed, intents left pending without a `paying`
+//!   order are settled, and sold-out flags the stock contradicts are lowered.
 //!
-//! Safe on all instances at once, and nothing stays stuck:
-//! - an instance **takes** the rows it works on (`sweep_after` moved a lease into the future,
-//!   `FOR UPDATE SKIP LOCKED`), so the others work on other rows instead of the same ones;
-//! - every move is still conditional on the order's status, so a lease that runs out while
-//!   its instance is slow costs a repeated attempt, never a repeated effect;
-//! - an order that cannot be settled is logged and left to its lease: the next pass takes
-//!   the rows behind it rather than stopping at it.
+//! Safe on all instances at once, and nothing stays stuck: returns take turns at the
+//! product's lock and take only rows still due; settlement **takes** its rows
+//! (`sweep_after` moved a lease into the future, `FOR UPDATE SKIP LOCKED`); every move is
+//! conditional on the order's status, so a lease that runs out while its instance is slow
+//! costs a repeated attempt, never a repeated effect. An instance whose ZooKeeper ensemble
+//! is outranked (a stray on another ZooKeeper) does none of it: the guarding fleet does.
 
-use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::intents::{self, Settler};
 use super::model::{Order, OrderStatus};
-use super::pay::{intent_key, record, release};
+use super::pay::{intent_key, lease, record, release, Intent};
+use super::returns;
 use super::shop::Shop;
-use crate::inventory;
-use crate::lock::{Owner, Session, StockLock};
 use crate::telemetry::metrics;
 
-/// How long a row taken by one instance's sweep is left alone by the others; also how long
-/// an order that could not be settled waits before the next try.
+/// How long a row taken by one instance's settlement is left alone by the others; also how
+/// long an order that could not be settled waits before the next try.
 const LEASE: Duration = Duration::from_secs(30);
 
 /// Rows one pass takes per question.
 const PASS: i64 = 100;
 
-/// Reservations of one product the expiry returns under one hold of its lock.
-const RETURNS_PER_HOLD: usize = 10;
+/// Products whose lapsed reservations one instance returns at once (each waits for its own
+/// lock; more would only queue more lock nodes).
+const PRODUCTS_AT_ONCE: usize = 4;
 
-/// Sweeps every `interval` until the task is aborted (shutdown).
+/// Payments one instance settles at once (each may wait seconds on the provider).
+const SETTLING_AT_ONCE: usize = 8;
+
+/// Runs the three loops every `interval` until the task is aborted (shutdown).
 pub async fn run(shop: Shop, interval: Duration) {
     let shop = &shop;
+    tokio::join!(
+        every(shop, interval, || return_lapsed(shop)),
+        every(shop, interval, || settle_stale_payments(shop)),
+        every(shop, interval, || upkeep(shop)),
+    );
+}
+
+/// Runs `pass` every `interval`, except while another ensemble guards the database.
+async fn every<F, Fut>(shop: &Shop, interval: Duration, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
     loop {
         tokio::time::sleep(interval).await;
-        match expire_due(shop).await {
-            Ok(0) => {}
-            Ok(n) => {
-                metrics::sweep("expired", n as u64);
-                tracing::info!(expired = n, "returned the stock of unpaid reservations")
-            }
-            Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
-        }
-        if let Err(e) = settle_stale_payments(shop).await {
-            tracing::warn!(error = %e, "settling stale payments failed");
-        }
-        match close_abandoned(shop).await {
-            Ok(0) => {}
-            Ok(n) => {
-                metrics::sweep("closed_abandoned", n);
-                tracing::warn!(orders = n, "closed orders left `created` (nothing sold)")
-            }
-            Err(e) => tracing::warn!(error = %e, "closing abandoned orders failed"),
-        }
-        if let Err(e) = lower_contradicted_flags(shop).await {
-            tracing::warn!(error = %e, "checking sold-out flags against the stock failed");
+        if !shop.outranked() {
+            pass().await;
         }
     }
 }
 
-/// What a pass takes: reservations past their deadline, or payments stale for `age`.
-#[derive(Clone, Copy)]
-enum Due {
-    Reservations,
-    Payments,
-}
-
-/// Takes up to [`PASS`] orders that are `due` and that no other sweep holds, oldest first,
-/// for [`LEASE`]. (Two statements, not one with a column chosen at run time: each is
-/// checked at compile time and matches its own partial index.)
-async fn take(shop: &Shop, due: Due, age: Duration) -> sqlx::Result<Vec<Order>> {
-    let (lease, pass, age) = (LEASE.as_secs_f64(), PASS, age.as_secs_f64());
-    match due {
-        Due::Reservations => {
-            sqlx::query_as!(
-                Order,
-                "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
-                 WHERE id IN (SELECT o.id FROM orders o
-                              WHERE o.status = 'reserved'
-                                AND o.expires_at <= now() - make_interval(secs => $3)
-                                AND (o.sweep_after IS NULL OR o.sweep_after <= now())
-                              ORDER BY o.expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-                 RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
-                lease,
-                pass,
-                age
-            )
-            .fetch_all(&shop.db)
-            .await
-        }
-        Due::Payments => {
-            sqlx::query_as!(
-                Order,
-                "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
-                 WHERE id IN (SELECT o.id FROM orders o
-                              WHERE o.status = 'paying'
-                                AND o.updated_at <= now() - make_interval(secs => $3)
-                                AND (o.sweep_after IS NULL OR o.sweep_after <= now())
-                              ORDER BY o.updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-                 RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
-                lease,
-                pass,
-                age
-            )
-            .fetch_all(&shop.db)
-            .await
-        }
-    }
-}
-
-/// One pass of the expiry: returns the stock of reservations past their deadline.
-///
-/// Per product, the pass takes the product's lock once as its [`Owner`] for up to
-/// [`RETURNS_PER_HOLD`] returns, and each return re-enters it by counting: one lock node and
-/// one queue turn for them, not one per expired order (each return still commits on its own,
-/// fenced by the same token). Between holds the product's buyers get their turns.
-pub(super) async fn expire_due(shop: &Shop) -> anyhow::Result<usize> {
-    let due = take(shop, Due::Reservations, Duration::ZERO).await?;
-    let mut by_product: BTreeMap<i64, Vec<&Order>> = BTreeMap::new();
-    for order in &due {
-        by_product.entry(order.product_id).or_default().push(order);
-    }
-    let mut expired = 0;
-    // A few returns per hold: sales of the product wait while the sweep holds its lock.
-    let mut holds: Vec<(i64, &[&Order])> = Vec::new();
-    for (product, orders) in &by_product {
-        holds.extend(
-            orders
-                .chunks(RETURNS_PER_HOLD)
-                .map(|chunk| (*product, chunk)),
-        );
-    }
-    for (product, orders) in holds {
-        let owner = Owner::new();
-        let _pass = hold_for_pass(shop, &owner, product).await;
-        for order in orders {
-            let released = release(
-                shop,
-                order,
-                OrderStatus::Reserved,
-                OrderStatus::Expired,
-                Some(&owner),
-            );
-            match released.await {
-                Ok(true) => expired += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    metrics::sweep("skipped", 1);
-                    tracing::warn!(order = %order.id, error = %e, "expiring a reservation failed; retrying later")
+/// Gives back every reservation past its deadline, product by product, a lock cycle of up
+/// to `returns::PER_CYCLE` at a time until none is left due.
+async fn return_lapsed(shop: &Shop) {
+    let products = match super::store::products_due(&shop.db, PASS).await {
+        Ok(products) => products,
+        Err(e) => return tracing::warn!(error = %e, "finding lapsed reservations failed"),
+    };
+    let each = futures_util::stream::iter(products).for_each_concurrent(
+        PRODUCTS_AT_ONCE,
+        |product| async move {
+            loop {
+                match returns::return_due(shop, product).await {
+                    Ok(n) => {
+                        if n > 0 {
+                            metrics::sweep("expired", n as u64);
+                            tracing::info!(
+                                product,
+                                expired = n,
+                                "returned the stock of unpaid reservations"
+                            );
+                        }
+                        if (n as i64) < returns::PER_CYCLE {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        metrics::sweep("skipped", 1);
+                        tracing::warn!(
+                            product,
+                            error = format!("{e:#}"),
+                            "returning lapsed reservations failed; retrying next pass"
+                        );
+                        return;
+                    }
                 }
             }
-        }
-    }
-    Ok(expired)
+        },
+    );
+    each.await;
 }
 
-/// The product's lock, taken by `owner` for a pass (`None` for a guard without a lock, or if
-/// it cannot be had now: each return then tries on its own, and fails or not as it would).
-async fn hold_for_pass(shop: &Shop, owner: &Owner, product: i64) -> Option<StockLock> {
-    let terms = shop.terms(product).await.ok()??;
-    let timeout = shop.rules.lock_timeout;
-    let entered = inventory::enter_as(
-        &shop.zk,
-        Some(owner),
-        product,
-        terms.guard,
-        Session::Shared,
-        timeout,
-    );
-    entered.await.ok()?.0
+/// Closing abandoned orders, settling orphaned intents, and lowering contradicted flags.
+async fn upkeep(shop: &Shop) {
+    match close_abandoned(shop).await {
+        Ok(0) => {}
+        Ok(n) => {
+            metrics::sweep("closed_abandoned", n);
+            tracing::warn!(orders = n, "closed orders left `created` (nothing sold)")
+        }
+        Err(e) => tracing::warn!(error = %e, "closing abandoned orders failed"),
+    }
+    if let Err(e) = settle_orphans(shop).await {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "settling orphaned payment intents failed"
+        );
+    }
+    if let Err(e) = lower_contradicted_flags(shop).await {
+        tracing::warn!(error = %e, "checking sold-out flags against the stock failed");
+    }
+}
+
+/// Takes up to [`PASS`] orders stale in `paying` for `age` that no other sweep holds,
+/// oldest first, for [`LEASE`].
+async fn take_stale_payments(shop: &Shop, age: Duration) -> sqlx::Result<Vec<Order>> {
+    let (lease, pass, age) = (LEASE.as_secs_f64(), PASS, age.as_secs_f64());
+    sqlx::query_as!(
+        Order,
+        "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
+         WHERE id IN (SELECT o.id FROM orders o
+                      WHERE o.status = 'paying'
+                        AND o.updated_at <= now() - make_interval(secs => $3)
+                        AND (o.sweep_after IS NULL OR o.sweep_after <= now())
+                      ORDER BY o.updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+         RETURNING id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\"",
+        lease,
+        pass,
+        age
+    )
+    .fetch_all(&shop.db)
+    .await
 }
 
 /// Settles orders stuck in `paying`: `paid` if a succeeded payment was recorded (the charge
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
-async fn settle_stale_payments(shop: &Shop) -> anyhow::Result<()> {
+async fn settle_stale_payments(shop: &Shop) {
     // Past its attempt's window the order's own task has finished (or died): what is still
     // `paying` waits for us.
-    let stale = take(shop, Due::Payments, shop.attempt_window()).await?;
-    for order in stale {
+    let stale = match take_stale_payments(shop, shop.attempt_window()).await {
+        Ok(stale) => stale,
+        Err(e) => return tracing::warn!(error = %e, "settling stale payments failed"),
+    };
+    let each = futures_util::stream::iter(stale).for_each_concurrent(SETTLING_AT_ONCE, |order| async move {
         if let Err(e) = settle(shop, &order).await {
             metrics::sweep("skipped", 1);
-            tracing::warn!(order = %order.id, error = %e, "settling a payment failed; retrying later");
+            tracing::warn!(order = %order.id, error = format!("{e:#}"), "settling a payment failed; retrying later");
         }
-    }
-    Ok(())
+    });
+    each.await;
 }
 
 /// Settles one order left `paying`, from what is known of its charge — never by assuming:
@@ -209,6 +186,8 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
         }
         Some(Some(_)) => return unpaid(shop, order).await,
         Some(None) => {
+            // A charge like any other: within `--payment-concurrency`.
+            let _lease = lease(shop, order, deadline).await?;
             shop.payment
                 .charge(&key, order.amount_cents, deadline)
                 .await?
@@ -233,7 +212,7 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
 /// A payment that charged nothing (declined, or never sent): the units go back on sale.
 async fn unpaid(shop: &Shop, order: &Order) -> anyhow::Result<()> {
     let to = OrderStatus::PaymentFailed;
-    if release(shop, order, OrderStatus::Paying, to, None).await? {
+    if release(shop, order, OrderStatus::Paying, to, Intent::Keep).await? {
         metrics::sweep("settled_failed", 1);
         tracing::warn!(order = %order.id, "settled a payment that charged nothing: units returned");
     }
@@ -254,6 +233,37 @@ async fn close_abandoned(shop: &Shop) -> sqlx::Result<u64> {
     .execute(&shop.db)
     .await?;
     Ok(closed.rows_affected())
+}
+
+/// Settles intents left pending on orders that are not `paying` (none should be: every path
+/// that gives up an order settles or removes its intent in the same transaction; this
+/// catches any that an older version or a bug left). The provider is asked under the
+/// intent's key: a charge it made is recorded (and logged loudly: money taken for an order
+/// that is not being paid, to be refunded by hand), an intent it never saw is removed.
+async fn settle_orphans(shop: &Shop) -> anyhow::Result<()> {
+    let orphans = intents::orphans(&shop.db, shop.attempt_window(), PASS).await?;
+    for order in orphans {
+        let key = intent_key(order.id);
+        let deadline = Instant::now() + shop.payment.timeout * 2;
+        match shop.payment.lookup(&key, deadline).await? {
+            Some(charge) => {
+                let approved = charge.approved();
+                record(shop, &order, &charge, deadline, Settler::Sweep)
+                    .await
+                    .ok();
+                if approved {
+                    tracing::error!(order = %order.id, status = order.status.as_str(), "a charge was made for an order that is not being paid: refund it");
+                }
+                metrics::sweep("orphan_settled", 1);
+            }
+            None => {
+                intents::drop_unsent(&shop.db, order.id).await?;
+                metrics::sweep("orphan_dropped", 1);
+                tracing::warn!(order = %order.id, "removed a payment intent the provider never saw, on an order not being paid");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Lowers each sold-out flag whose product has stock: raised by a crash between a sale's

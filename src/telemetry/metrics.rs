@@ -30,6 +30,7 @@ pub const PAYMENT_LEASE_WAIT: &str = "seckill_payment_lease_wait_seconds";
 pub const REFUSED: &str = "seckill_refused_total";
 pub const VIEW_REFRESHES: &str = "seckill_view_refreshes_total";
 pub const WORKER_RESTARTS: &str = "seckill_worker_restarts_total";
+pub const ENSEMBLE_STANDING: &str = "seckill_zk_ensemble_standing";
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
 const SECONDS: &[f64] = &[
@@ -110,6 +111,10 @@ fn describe() {
         "PostgreSQL pool connections, by state (in_use, idle, max)"
     );
     describe_counter!(SWEEP_ACTIONS, "What the background sweep did, by action");
+    describe_gauge!(
+        ENSEMBLE_STANDING,
+        "1 for this instance's ZooKeeper ensemble's standing (guarding, outranked, unknown), 0 for the others; an outranked instance sells nothing under a ZooKeeper guard and does no background work"
+    );
     describe_counter!(
         LOCK_REENTRIES,
         "Lock acquisitions an owner already holding the lock made by counting (no node), by recipe"
@@ -200,6 +205,17 @@ pub fn view_refreshed(view: &'static str) {
 /// A background worker panicked and was started again.
 pub fn worker_restarted(worker: &'static str) {
     counter!(WORKER_RESTARTS, "worker" => worker).increment(1);
+}
+
+/// Our ensemble's standing is now `standing` (`guarding`, `outranked` or `unknown`).
+pub fn ensemble_standing(standing: &'static str) {
+    for known in ["guarding", "outranked", "unknown"] {
+        gauge!(ENSEMBLE_STANDING, "standing" => known).set(if known == standing {
+            1.0
+        } else {
+            0.0
+        });
+    }
 }
 
 /// The session entered `state` (`SyncConnected`, `Disconnected`, `Expired`, ...).

@@ -112,7 +112,7 @@ async fn the_database_rejects_an_older_token_after_a_newer_claim() {
     )
     .await
     {
-        Ok(Outcome::Applied(tx)) => tx.commit().await.unwrap(),
+        Ok(Outcome::Applied(written)) => written.tx.commit().await.unwrap(),
         _ => panic!("the newer token must be able to write"),
     }
     go_on.send(()).expect("token 10 still paused");
@@ -190,8 +190,8 @@ async fn take_one(db: &sqlx::PgPool, product: i64, token: Token) -> bool {
     )
     .await
     {
-        Ok(Outcome::Applied(tx)) => {
-            tx.commit().await.unwrap();
+        Ok(Outcome::Applied(written)) => {
+            written.tx.commit().await.unwrap();
             true
         }
         Ok(Outcome::Fenced) => false,

@@ -3,6 +3,7 @@
 
 mod abuse;
 mod access;
+mod background;
 mod bad_input;
 mod batching;
 mod chaos;

@@ -296,14 +296,14 @@ async fn two_transactions_under_one_token_both_take_their_units() {
             let _ = wait.await;
         };
         match inventory::change_stock(&db, product, Change::Take(1), protection, pause).await {
-            Ok(Outcome::Applied(tx)) => tx.commit().await.unwrap(),
+            Ok(Outcome::Applied(written)) => written.tx.commit().await.unwrap(),
             _ => panic!("the first change applied"),
         }
     });
     has_read.await.unwrap();
     // The second reads the same stock, writes and commits while the first waits.
     match inventory::change_stock(&env.db, product, Change::Take(2), protection, async {}).await {
-        Ok(Outcome::Applied(tx)) => tx.commit().await.unwrap(),
+        Ok(Outcome::Applied(written)) => written.tx.commit().await.unwrap(),
         _ => panic!("the second change applied"),
     }
     go.send(()).unwrap();

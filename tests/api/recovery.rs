@@ -100,10 +100,11 @@ async fn a_sold_out_flag_the_stock_contradicts_is_lowered() {
     let bystander = env.spawn_app(&["--expiry-interval-ms", "3600000"]).await;
     let product = create_product(&bystander.base_url, 5, "zk").await;
     let zk = env.zk_client().await;
-    // A flag of ours (its data is our mark) left behind, e.g. by a sweep that died.
+    // A flag of ours (its data is our seal) left behind, e.g. by a sweep that died.
+    let path = format!("{}/soldout/{product}", env.zk_root);
     zk.create(
-        &format!("{}/soldout/{product}", env.zk_root),
-        b"seckill-flag",
+        &path,
+        &seckill::flags::Seal::new(Some(ADMIN_TOKEN)).mark(&path),
         &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all()),
     )
     .await

@@ -19,13 +19,15 @@ end
 n, created, refused, other = 0, 0, 0, 0  -- globals: done() reads them through thread:get
 local headers = { ["Content-Type"] = "application/json" }
 local get = os.getenv("GET")
+-- PAY=false: reservations without payment (the bench's lapse row).
+local pay = os.getenv("PAY") == "false" and ',"pay":false' or ""
 function request()
   if get then
     return wrk.format("GET", get)
   end
   n = n + 1
   local product = products[(n % #products) + 1]
-  local body = '{"product_id":' .. product .. ',"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"}'
+  local body = '{"product_id":' .. product .. ',"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"' .. pay .. '}'
   return wrk.format("POST", "/orders", headers, body)
 end
 

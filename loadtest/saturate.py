@@ -23,6 +23,7 @@ Everything here talks to 127.0.0.1 only; each wrk run is bounded in time (-d) an
 are a fixed list.
 """
 
+import concurrent.futures
 import json
 import os
 import resource
@@ -149,13 +150,15 @@ def spent_us(before, after):
     return out
 
 
-def wrk(urls, products, connections, seconds, tag, get=None):
+def wrk(urls, products, connections, seconds, tag, get=None, pay=True):
     """One wrk per instance, side by side; returns their summed counts and worst latencies.
     With `get`, a closed loop of GETs of that path instead of orders (its 200s count as
-    `created`)."""
+    `created`); with `pay=False`, reservations without payment."""
     env = {**os.environ, "PRODUCTS": ",".join(map(str, products))}
     if get:
         env["GET"] = get
+    if not pay:
+        env["PAY"] = "false"
     procs = []
     for i, url in enumerate(urls):
         procs.append(subprocess.Popen(
@@ -265,6 +268,58 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
     return result
 
 
+def lapse(inst, seconds, run_id, ttl=5, bound=10):
+    """Reservations that lapse together while a sale goes on: `seconds` of reservations without
+    payment (`pay: false`, a closed loop as in the rows) for a product whose reservations last
+    `ttl` s; then, while another product sells, every one must be back on sale within `bound`
+    s of its deadline. From the orders' own rows: when each went back (`updated_at` of its
+    `expired` row) against its deadline (`expires_at`), so the rate of returns and their lag
+    need no polling precision. Both products audited."""
+    body = {"name": "bench lapse", "price_cents": 100, "stock": STOCK, "guard": "zk",
+            "batch_max": 256, "reservation_ttl_s": ttl}
+    lapsing = bench.http_json("POST", f"{inst.urls[0]}/api/products", body, inst.token)["id"]
+    selling = inst.product("zk", 256)
+    made = wrk(inst.urls, [lapsing], 100, seconds, f"{run_id}-reserve", pay=False)
+    left = lambda: int(psql(f"SELECT count(*) FROM orders WHERE product_id = {lapsing} "
+                            "AND status = 'reserved'", db=inst.db).strip())
+    # The sale goes on until the last deadline plus the bound, at most; the returns are
+    # watched meanwhile (a poll of the count, bounded in time), then read from the rows.
+    sale_s = ttl + bound + 2
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sale = pool.submit(wrk, inst.urls, [selling], 100, sale_s, f"{run_id}-sale")
+        deadline = time.monotonic() + sale_s + 30
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        sold = sale.result()
+    row = psql(
+        "SELECT count(*), "
+        "COALESCE(extract(epoch FROM max(updated_at - expires_at)), 0), "
+        "COALESCE(percentile_cont(0.5) WITHIN GROUP "
+        "(ORDER BY extract(epoch FROM updated_at - expires_at)), 0), "
+        "COALESCE(extract(epoch FROM max(updated_at) - min(expires_at)), 0), "
+        "COALESCE(extract(epoch FROM max(created_at) - min(created_at)), 0) "
+        f"FROM orders WHERE product_id = {lapsing} AND status = 'expired'", db=inst.db)
+    returned, lag_max, lag_p50, return_span, made_span = row.strip().split("\t")
+    returned, lag_max, lag_p50 = int(returned), float(lag_max), float(lag_p50)
+    still = left()
+    audits = [inst.audit(p) for p in (lapsing, selling)]
+    result = {
+        "seconds": seconds, "ttl_s": ttl, "bound_s": bound, "made": made["created"],
+        "made_per_s": made["created"] / max(float(made_span), 1e-3),
+        "returned": returned, "still_reserved": still,
+        "returned_per_s": returned / max(float(return_span), 1e-3),
+        "lag_p50_s": lag_p50, "lag_max_s": lag_max,
+        "sale_paid_per_s": sold["created"] / sold["seconds"],
+        "within_bound": still == 0 and returned == made["created"] and lag_max <= bound,
+        "exact": all(a["oversold"] == 0 and a["consistent"] for a in audits),
+    }
+    bench.log(f"lapse: {result['made']} reservations at {result['made_per_s']:.0f}/s, returned "
+              f"{returned} at {result['returned_per_s']:.0f}/s, lag p50 {lag_p50:.2f} s, max "
+              f"{lag_max:.2f} s (bound {bound} s), {still} still reserved; the sale meanwhile "
+              f"{result['sale_paid_per_s']:.0f} paid/s")
+    return result
+
+
 def floor(inst, seconds, run_id):
     """What any request costs these instances, whatever it asks, and what a refusal costs: in
     the same closed loop, 100 connections per instance, `GET /healthz` (no database, no lock,
@@ -368,6 +423,9 @@ def main():
                         "row runs on it too, right after ours, for ratios from one run")
     parser.add_argument("--warm-only", action="store_true", help="only warm ZooKeeper up "
                         "(before the k6 matrix, when the saturation rows do not run)")
+    parser.add_argument("--lapse", type=int, help="seconds of reservations for the lapse row "
+                        "(returns against reservations; default: the row seconds, or none "
+                        "with --rows); 0: no lapse row")
     parser.add_argument("--swap", action="store_true", help="with --baseline: the other build "
                         "goes first on every row (a second run with it evens out the order)")
     args = parser.parse_args()
@@ -399,6 +457,9 @@ def main():
                              conns, seconds, f"{run_id}-{i}{name[0]}")
                 result["build"] = name
                 rows.append(result)
+        lapse_s = args.lapse if args.lapse is not None else (0 if args.rows else min(seconds, 4))
+        lapses = {name: lapse(inst, lapse_s, f"{run_id}{name[0]}")
+                  for name, inst in fleets.items()} if lapse_s else {}
         rss = {name: inst.peak_rss() for name, inst in fleets.items()}
         floors = {name: floor(inst, seconds, f"{run_id}{name[0]}")
                   for name, inst in fleets.items()}
@@ -409,6 +470,7 @@ def main():
         for inst in fleets.values():
             inst.stop()
     results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
+               "lapse": lapses,
                "peak_rss_mib": rss, "floor": floors, "profile": prof, "baseline": args.baseline,
                "swap": args.swap, "warm_up_jit_ms": warm,
                "machine": {"cores": os.cpu_count()}}
@@ -417,7 +479,7 @@ def main():
     (RESULTS / f"{name}.svg").write_text(report.saturation_svg(results))
     (RESULTS / f"{name}.md").write_text(markdown(results, chart=f"{name}.svg"))
     print(markdown(results))
-    if not all(r["exact"] for r in rows):
+    if not all(r["exact"] for r in rows) or not all(x["exact"] for x in lapses.values()):
         raise SystemExit("a saturation row was not exact: see loadtest/results/saturation.md")
 
 
@@ -459,6 +521,21 @@ def markdown(r, chart=None):
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
             f"{fmt(x['peak_rss_mib'], 1) if x.get('peak_rss_mib') else '–'} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
+    if r.get("lapse"):
+        out += ["", "**Lapse**: reservations without payment made in a closed loop for "
+                "`--lapse` s (each lasting `ttl`), then, while another product sells, every one "
+                "must be back on sale within the bound of its deadline (from the rows: `expired` "
+                "`updated_at` against `expires_at`).", "",
+                "| build | reservations | made / s | returned | returned / s | lag p50 (s) | "
+                "lag max (s) | still reserved | the sale meanwhile, paid / s | within bound | exact |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, x in r["lapse"].items():
+            out.append(
+                f"| {name} | {fmt(x['made'])} | {fmt(x['made_per_s'])} | {fmt(x['returned'])} | "
+                f"{fmt(x['returned_per_s'])} | {fmt(x['lag_p50_s'], 2)} | {fmt(x['lag_max_s'], 2)} "
+                f"| {fmt(x['still_reserved'])} | {fmt(x['sale_paid_per_s'])} | "
+                f"{'yes' if x['within_bound'] else '**NO**'} (≤ {x['bound_s']} s) | "
+                f"{'yes' if x['exact'] else '**NO**'} |")
     if chart:
         out += ["", f"![paid orders/s and CPU per paid order by part, row by row]({chart})"]
     busy = [x for x in r["rows"] if x.get("zk_jit_ms", 0) >= x["seconds"] * 10]

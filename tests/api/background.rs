@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::helpers::*;
 use crate::money::{money_is_exact, wait_paid};
@@ -238,13 +238,6 @@ async fn a_commit_late_in_the_network_never_leaves_a_buyer_told_failed_charged()
         }
     }
     money_is_exact(&env).await;
-}
-
-async fn semaphore(base: &str) -> Value {
-    send(http().get(format!("{base}/api/payments/semaphore")))
-        .await
-        .unwrap()
-        .body
 }
 
 /// Takes the one payment lease (`--payment-concurrency 1`) with the lab's hanging charge,

@@ -689,6 +689,14 @@ pub async fn scrape(base: &str) -> HashMap<String, f64> {
         .collect()
 }
 
+/// The payment semaphore's view (`GET /api/payments/semaphore`): leases and waiters.
+pub async fn semaphore(base: &str) -> Value {
+    send(http().get(format!("{base}/api/payments/semaphore")))
+        .await
+        .unwrap()
+        .body
+}
+
 /// The product's lock view on that instance (`GET /api/products/{id}/lock`), which must answer.
 pub async fn lock_view(base: &str, product: i64) -> Value {
     let reply = send(http().get(format!("{base}/api/products/{product}/lock")))

@@ -28,13 +28,6 @@ async fn peak_charges(env: &TestEnv) -> i64 {
     peak
 }
 
-async fn semaphore(base: &str) -> Value {
-    send(http().get(format!("{base}/api/payments/semaphore")))
-        .await
-        .unwrap()
-        .body
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn three_instances_never_have_more_than_n_charges_at_the_provider() {
     let env = TestEnv::new().await;

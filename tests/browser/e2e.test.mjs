@@ -32,12 +32,14 @@ function need(name) {
 }
 
 // Starts one instance on a free loopback port; resolves with its base URL.
-function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}`, requestTimeoutMs = 60_000 } = {}) {
+// Another `zkRoot` is another ZooKeeper ensemble's identity: it needs a `databaseUrl` of its
+// own, since an instance whose ensemble does not guard its database sells nothing.
+function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}`, requestTimeoutMs = 60_000, databaseUrl = need('E2E_DATABASE_URL') } = {}) {
   const child = spawn(
     need('SECKILL_BIN'),
     [
       '--listen', '127.0.0.1:0',
-      '--database-url', need('E2E_DATABASE_URL'),
+      '--database-url', databaseUrl,
       '--zk', need('SECKILL_ZK'),
       '--zk-root', zkRoot,
       '--admin-token', ADMIN,
@@ -436,7 +438,10 @@ test('long ZooKeeper paths and lock owners wrap on a phone screen', async () => 
   // 60 characters without a break after /seckill-e2e/, like a CI job's root; the instance name
   // is the owner every ticket shows, just as unbroken.
   const root = `/seckill-e2e/${`long-root-${process.pid}-`.padEnd(60, '0123456789abcdef')}`;
-  const phone = await startServer(`e2e-phone-${'0123456789'.repeat(4)}`, { zkRoot: root });
+  const phone = await startServer(`e2e-phone-${'0123456789'.repeat(4)}`, {
+    zkRoot: root,
+    databaseUrl: need('E2E_OTHER_DATABASE_URL'),
+  });
   const zk = await createProduct(phone, 40, 'zk', 1);
   const page = await openPage(phone, { width: 375, height: 812 });
   await page.locator(`.product[data-product="${zk}"]`).waitFor();

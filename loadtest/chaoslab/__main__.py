@@ -8,13 +8,14 @@ import datetime
 import json
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import checker, nemesis, report
+from . import checker, lapse, nemesis, report
 from .buyers import Sale, buyer, restocker
 from .client import Conn, History
 from .cluster import Cluster, wait_for
@@ -43,8 +44,15 @@ def options():
     p.add_argument("--keep", action="store_true",
                    help="keep the sale's databases (printed) for a look after the run")
     p.add_argument("--label", default="", help="a word for the report's title (a mutant's name)")
+    p.add_argument("--lapse", type=int, default=2000, metavar="N",
+                   help="reservations placed at once near the sale's start and left to lapse (0: none)")
+    p.add_argument("--stranger-for-the-whole-sale", action="store_true",
+                   help="the stranger instance (another ZooKeeper, the same database) runs from the "
+                        "sale's start to its end, instead of striking now and then")
     o = p.parse_args()
     o.kinds = [k for k in o.kinds.split(",") if k]
+    if o.lapse < 0:
+        p.error("--lapse takes a number of reservations, 0 for none")
     unknown = [k for k in o.kinds if k not in nemesis.KINDS]
     if unknown:
         p.error(f"unknown nemesis kinds {unknown}; the kinds: {','.join(nemesis.KINDS)}")
@@ -52,6 +60,8 @@ def options():
         o.duration, o.buyers = 60, 100
         o.reps = o.reps or 1
     o.reps = o.reps or max(3, o.duration // (15 * len(o.kinds)))
+    # The whole-sale stranger is the `stranger` kind's one strike.
+    o.scheduled = [k for k in o.kinds if not (o.stranger_for_the_whole_sale and k == "stranger")]
     if o.seed is None:
         o.seed = random.SystemRandom().randrange(1, 10**6)
     o.out = o.out or (ROOT / ".run" / "chaos" if o.quick else ROOT / "loadtest" / "results")
@@ -85,6 +95,7 @@ async def heal(cluster, history):
     for links in cluster.links:
         links["pg"].restore()
         links["pg"].drop_next_commits(0)
+        links["pg"].keep_commits()
         for z in links["zk"]:
             z.restore()
     if cluster.provider.poll() is not None:
@@ -111,11 +122,20 @@ async def run(o):
     run_dir = ROOT / ".run" / f"chaos-{os.getpid()}"
     run_dir.mkdir(parents=True, exist_ok=True)
     o.out.mkdir(parents=True, exist_ok=True)
-    plan = nemesis.schedule(o.seed, o.duration, o.reps, o.kinds)
+    # The lapse opens its N connections at once, on top of the buyers' and the proxies'.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * o.lapse + 8192
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY
+                                                    else min(wanted, hard), hard))
+    plan = nemesis.schedule(o.seed, o.duration, o.reps, o.scheduled)
     log(f"seed {o.seed}: {o.duration} s, {o.buyers} buyers, {len(plan)} nemeses "
-        f"({o.reps} of each of {len(o.kinds)} kinds); logs in {run_dir.relative_to(ROOT)}")
+        f"({o.reps} of each of {len(o.scheduled)} kinds"
+        + (", and a stranger for the whole sale" if o.scheduled != o.kinds else "")
+        + f"); a lapse of {o.lapse} reservations; logs in {run_dir.relative_to(ROOT)}")
     cluster = Cluster(o, run_dir)
     history = None
+    sale = None
     tasks = []
     try:
         await cluster.start()
@@ -134,6 +154,9 @@ async def run(o):
                 "name": f"chaos {name}", "price_cents": 1999 if batch > 1 else 2999, "stock": stock,
                 "guard": "zk", "max_per_order": 2, "per_user_limit": limit,
                 "reservation_ttl_s": 3, "batch_max": batch}))
+        # The lapse's product is its own: no buyer, no restock.
+        lapsing = (await admin_post(first, o.admin_token, "/api/products",
+                                    lapse.product(o.lapse, o.instance_flags)) if o.lapse else None)
         history = History(run_dir / "history.jsonl", time.monotonic())
         sale = Sale(history, [inst.port for inst in cluster.instances], products,
                     o.admin_token, o.seed, client_timeout=o.request_ms / 1000 + 4)
@@ -141,19 +164,33 @@ async def run(o):
         history.note("sale", seed=o.seed)
         buyers = [asyncio.create_task(buyer(sale, n)) for n in range(o.buyers)]
         operator = asyncio.create_task(restocker(sale))
-        strikes = asyncio.create_task(chaos.run(plan, 0.0))
-        tasks = [*buyers, operator, strikes]
+        over = asyncio.Event()
+        whole = ([asyncio.create_task(chaos.for_the_whole_sale("stranger", over))]
+                 if o.stranger_for_the_whole_sale else [])
+        tasks = [*buyers, operator, *whole]
+        # The lapse's reservations not made in its time, if any, are made while the sale
+        # goes on, and awaited as the buyers are.
+        stragglers = []
+        if lapsing:
+            # The sale's first phase, before any nemesis: what it measures is the returns.
+            stragglers.append(await lapse.run(sale, cluster, lapsing["id"], o.lapse, o.seed))
+            tasks += stragglers
+            log(f"lapse over at {history.now():.0f} s; the nemeses start")
+        nemeses_from = history.now()
+        strikes = asyncio.create_task(chaos.run(plan, nemeses_from))
+        tasks.append(strikes)
         await asyncio.sleep(o.duration)
         sale.stopping = True
         sale_end = history.now()
         history.note("sale_end")
+        over.set()
         log(f"sale over at {sale_end:.0f} s; waiting for the last nemeses to heal")
-        await asyncio.wait_for(strikes, timeout=120)
+        await asyncio.wait_for(asyncio.gather(strikes, *whole), timeout=120)
         await operator
         await heal(cluster, history)
         # Buyers still holding a key without a final answer replay it, for a while.
         sale.hard_end = history.now() + 60
-        await asyncio.gather(*buyers)
+        await asyncio.gather(*buyers, *stragglers)
         log("every buyer done; waiting for the sweep to settle what is left")
         # The sweep's window: the last reservations' expiry, and an abandoned payment
         # attempt's (the request timeout and its margin), past the sale's last request.
@@ -175,7 +212,8 @@ async def run(o):
         name = f"chaos-{o.label + '-' if o.label else ''}{o.seed}"
         meta = {"label": o.label, "flags": o.instance_flags, "kinds": o.kinds, "seed": o.seed, "duration": o.duration, "quick": o.quick, "started": stamp,
                 "commit": commit, "buyers": o.buyers, "reps": o.reps, "heal": heal_s, "session_ms": o.session_ms,
-                "request_ms": o.request_ms}
+                "request_ms": o.request_ms, "lapse": o.lapse, "nemeses_from": nemeses_from,
+                "stranger_for_the_whole_sale": o.stranger_for_the_whole_sale}
         text, ok, share_503, worst = report.markdown(meta, verdicts, facts, rows, events, f"{name}.svg")
         (o.out / f"{name}.md").write_text(text)
         (o.out / f"{name}.svg").write_text(
@@ -183,18 +221,29 @@ async def run(o):
         counted = {}
         for n in chaos.timeline:
             counted[n["kind"]] = counted.get(n["kind"], 0) + 1
-        missing = [k for k in o.kinds if counted.get(k, 0) < o.reps]
+        missing = [k for k in o.kinds if counted.get(k, 0) < (o.reps if k in o.scheduled else 1)]
         for v in verdicts:
             log(f"{'ok  ' if v['ok'] else 'FAIL'} {v['name']}: {v['promise']}"
                 + ("" if v["ok"] else f" ({v['count']}: {v['examples'][0]})"))
+        for mark in (e for e in events if e.get("mark") == "late_commit_delivered"):
+            log(f"late COMMIT on instance {mark['target']} at t={mark['t']:.1f} s: {mark['outcome']}")
+        if facts["lapse"]:
+            log(f"lapse: {lapse.summary(facts['lapse'])}")
+        where = o.out / name
         log(f"{len(events)} events; 503s {100 * share_503:.1f} %; longest stall "
-            f"{max(worst.values(), default=0):.1f} s; report {(o.out / name).relative_to(ROOT)}.md")
+            f"{max(worst.values(), default=0):.1f} s; report "
+            f"{where.relative_to(ROOT) if where.is_relative_to(ROOT) else where}.md")
         if missing:
             log(f"FAIL: nemesis kinds that did not strike {o.reps} times: {missing}")
             return 1
         log(f"seed {o.seed}: {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:
+        if sale:
+            # Every loop ends on its own too: a cancellation can be lost (asyncio.wait_for in
+            # Python 3.11 may swallow one), and a buyer that missed it would buy forever.
+            sale.stopping = True
+            sale.hard_end = float("-inf")
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,9 +1,12 @@
 """The buyers: each order carries an Idempotency-Key; 429 and 503 are retried as Retry-After
 says, and a timeout or a dropped connection is answered by replaying the key (at whichever
 instance the "load balancer" picks next). A mix of pay-now orders, reservations paid later
-or left to lapse, replays of keys already answered, and restocks by an operator."""
+or left to lapse, replays of keys already answered, and restocks by an operator. One buyer
+in ten is a client that sends no key: one request per order, never retried."""
 
 import asyncio
+import contextlib
+import itertools
 import json
 import random
 import uuid
@@ -15,6 +18,10 @@ from .client import Conn
 # (with Retry-After), and the conflicts that end on their own.
 TRANSIENT_STATUSES = {429, 503}
 TRANSIENT_CODES = {"idempotency_in_progress", "too_many_unpaid", "payment_in_progress"}
+
+# The user ids of the buyers without keys start so (one id per order: the order's row
+# names its one request). The `late_commit` nemesis looks for it in a lock cycle's writes.
+KEYLESS = "keyless-"
 
 
 def error_code(raw):
@@ -70,11 +77,16 @@ class Sale:
         self.history.record(event)
         return event
 
-    async def until_final(self, who, op, method, path, body, key, rng):
+    async def until_final(self, who: str, op: str, method: str, path: str, body: dict | None,
+                          key: str | None, rng: random.Random, backoff_s: float = 0.0,
+                          gate: asyncio.Semaphore | None = None) -> dict | None:
         """Sends, then retries the same request (same key) until a final answer or the hard
-        end. Returns the final event, or None."""
-        while True:
-            event = await self.send(who, op, method, path, body, key, rng)
+        end. With `backoff_s`, a crowd's client: it waits at least that long before its
+        first retry, twice as long before each next one (up to 8 s); with `gate` (a
+        semaphore), each try waits for its turn. Returns the final event, or None."""
+        for tries in itertools.count():
+            async with gate or contextlib.nullcontext():
+                event = await self.send(who, op, method, path, body, key, rng)
             if not is_transient(event):
                 return event
             if self.hard_end is not None and self.history.now() > self.hard_end:
@@ -85,10 +97,19 @@ class Sale:
                     wait = min(float(event["retry_after"]), 2.0)
                 except ValueError:
                     pass
+            if backoff_s:
+                wait = max(wait, min(backoff_s * 2 ** tries, 8.0))
             await asyncio.sleep(wait * (0.5 + rng.random()))
 
 
+def is_keyless(n: int) -> bool:
+    """Whether buyer `n` sends its orders without an Idempotency-Key."""
+    return n % 10 == 9
+
+
 async def buyer(sale, n):
+    if is_keyless(n):
+        return await keyless_buyer(sale, n)
     rng = random.Random(f"{sale.rng.random()}-{n}")
     users = [f"u{n}-{k}" for k in range(200)]
     answered = []  # (key, body) of keys with a final answer, to replay later
@@ -120,6 +141,40 @@ async def buyer(sale, n):
                 await sale.until_final(who, "pay", "POST", f"/orders/{order['id']}/pay",
                                        None, None, rng)
         await asyncio.sleep(rng.uniform(0.1, 0.6))
+
+
+async def keyless_buyer(sale: Sale, n: int) -> None:
+    """A client that sends no Idempotency-Key: pay-now orders, each under a user id of its
+    own, each sent once (without a key a retry could buy twice). Whatever it is told is all
+    it will ever know of that order."""
+    rng = random.Random(f"{sale.rng.random()}-{n}")
+    who = f"buyer-{n}"
+    await asyncio.sleep(rng.random())
+    for seq in itertools.count():
+        if sale.stopping:
+            break
+        product = rng.choice(sale.products)
+        body = {"product_id": product["id"], "user_id": f"{KEYLESS}{n}-{seq}", "quantity": 1}
+        await sale.send(who, "keyless", "POST", "/orders", body, rng=rng)
+        await asyncio.sleep(rng.uniform(0.1, 0.6))
+
+
+async def reserve_at_once(sale: Sale, product_id: int, n: int, seed: int,
+                          in_flight: int) -> list[dict | None]:
+    """`n` reservations (`"pay": false`) of one product by `n` users, all at once: as fast
+    as the service takes them, `in_flight` requests at a time, each under a key, retried as
+    a crowd's client does (backing off: a crowd retrying every 0.2 s would be a flood of its
+    own). Their final answers (None: none by the hard end)."""
+    rng = random.Random(f"lapse-{seed}")
+    keys = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(n)]
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(i):
+        body = {"product_id": product_id, "user_id": f"lapse-{i}", "pay": False}
+        return await sale.until_final("lapse", "lapse", "POST", "/orders", body, keys[i],
+                                      random.Random(f"{seed}-{i}"), backoff_s=1.0, gate=gate)
+
+    return await asyncio.gather(*(one(i) for i in range(n)))
 
 
 async def restocker(sale):

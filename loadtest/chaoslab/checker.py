@@ -4,7 +4,8 @@ history, PostgreSQL and the provider's ledger, and fails on any broken promise."
 import json
 from collections import defaultdict
 
-from .buyers import is_transient
+from . import lapse
+from .buyers import KEYLESS, is_transient
 
 INVARIANTS = [
     ("stock", "units sold never exceed the stock, and the books balance"),
@@ -15,6 +16,8 @@ INVARIANTS = [
     ("keys", "no key with two orders, and every final answer to a key is the key's first one"),
     ("answers", "every answer is JSON, every error has a code and a message, and no 5xx but 503"),
     ("keys_answered", "every key has a final answer once the faults have healed"),
+    ("told_failed_not_charged", "no buyer told failed without an order id holds or paid for that order: every order that took stock is named (`id`, `order_id`) by an answer its buyer got"),
+    ("lapse", f"every reservation of the mass lapse is `expired`, its units back in stock, within {lapse.BOUND_S:.0f} s of its deadline"),
 ]
 
 
@@ -28,6 +31,22 @@ def parse(raw):
         return json.loads(raw)
     except (TypeError, ValueError):
         return None
+
+
+def named_order(event: dict) -> str | None:
+    """The order an answer to an order request names: a 2xx order's `id`, an error's
+    `order_id`."""
+    body = parse(event.get("body"))
+    if not isinstance(body, dict) or not event["path"].startswith("/orders"):
+        return None
+    return body.get("order_id") or (body.get("id") if 200 <= event.get("status", 0) < 300 else None)
+
+
+def told(events: list[dict]) -> str:
+    """What a buyer heard, in short: the answers' statuses and codes, in order."""
+    heard = [f"{e['status']} {(parse(e['body']) or {}).get('error', '')}".strip()
+             for e in events if "status" in e]
+    return ", ".join(heard[:4]) + (f" (+{len(heard) - 4} more)" if len(heard) > 4 else "")
 
 
 def check(history, cluster):
@@ -65,11 +84,8 @@ def check(history, cluster):
                 bad["keys"].append(
                     f"key {key}: first {first['status']} {first['body'][:100]} then {e['status']} {e['body'][:100]}")
         for e in events:
-            body = parse(e.get("body"))
-            if isinstance(body, dict):
-                oid = body.get("order_id") or (body.get("id") if e.get("status") == 201 else None)
-                if oid:
-                    key_orders[key].add(oid)
+            if oid := named_order(e):
+                key_orders[key].add(oid)
 
     # the books
     products = cluster.query(
@@ -144,11 +160,45 @@ def check(history, cluster):
         if units > limits[pid]:
             bad["per_user"].append(f"{user} holds {units} of product {pid} (limit {limits[pid]})")
 
+    # 9. told failed, yet holding or paying: an order that took stock (units or money) is
+    # named by an answer its buyer got: a 201's id, an error's order_id (503 `outcome_pending`
+    # carries one), a replay's. Its buyer is the key linked to it (idempotency_keys.order_id),
+    # which is told for good by its final answer (a key without one is `keys_answered`'s),
+    # or, for a buyer without a key, the one request under the order's user id: any answer
+    # to it is all that buyer will know (none at all told it nothing).
+    named = {oid for e in answers if (oid := named_order(e))}
+    key_of = {r["order_id"]: r["key"] for r in cluster.query(
+        "SELECT key, order_id::text FROM idempotency_keys WHERE order_id IS NOT NULL")}
+    keyless = defaultdict(list)
+    for e in answers:
+        if e["op"] == "keyless":
+            keyless[e["req"]["user_id"]].append(e)
+    unheard = 0
+    for o in orders:
+        if o["status"] not in TOOK_STOCK or o["id"] in named:
+            continue
+        key = key_of.get(o["id"])
+        events = by_key.get(key, []) if key else keyless.get(o["user_id"], [])
+        if not events:
+            bad["told_failed_not_charged"].append(
+                f"order {o['id']} ({o['status']}, {o['user_id']}): no request of the history is tied to it"
+                + ("" if o["user_id"].startswith(KEYLESS) else " (no key names it)"))
+        elif any(("status" in e) if not key else not is_transient(e) for e in events):
+            bad["told_failed_not_charged"].append(
+                f"order {o['id']} is {o['status']}; its buyer ({'key ' + key if key else o['user_id']}, "
+                f"from t={events[0]['t0']}) was told {told(events)}, never the order")
+        else:
+            unheard += 1
+
+    # 10. the mass lapse
+    bad["lapse"], lapsed = lapse.check(history, cluster)
+
     return [{"name": name, "promise": promise, "ok": not bad[name], "count": len(bad[name]),
              "examples": bad[name][:5]} for name, promise in INVARIANTS], {
         "orders": len(orders), "paid": sum(o["status"] == "paid" for o in orders),
         "charges": len(ledger), "succeeded": sum(len(v) for v in succeeded.values()),
-        "products": products}
+        "products": products, "lapse": lapsed, "unheard": unheard,
+        "keyless": sum(e["op"] == "keyless" for e in answers)}
 
 
 def settled(cluster):

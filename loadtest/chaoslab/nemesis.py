@@ -7,6 +7,8 @@ import asyncio
 import random
 import signal
 
+from .buyers import KEYLESS
+
 KINDS = [
     "stranger",       # an instance started against another ZooKeeper over the same database
     "kill9",          # kill -9 an instance, restart it
@@ -17,6 +19,7 @@ KINDS = [
     "cut_zk",         # cut one instance from ZooKeeper for a few seconds
     "cut_pg",         # cut one instance from PostgreSQL for a few seconds
     "drop_commit",    # drop the replies to one instance's next COMMITs
+    "late_commit",    # one instance's next lock-cycle COMMIT: its connection dies, the COMMIT lands 3 s later
     "provider_down",  # the payment provider down
     "provider_slow",  # its answers slower than the caller's timeout
     "provider_5xx",   # half its answers 500
@@ -29,6 +32,10 @@ SHARED = {
     "provider_down": "provider", "provider_slow": "provider", "provider_5xx": "provider",
     "provider_lose": "provider",
 }
+
+
+# How long a late COMMIT takes to reach PostgreSQL after its connection died.
+LATE_COMMIT_S = 3.0
 
 
 def schedule(seed, duration, reps, kinds=KINDS):
@@ -74,11 +81,19 @@ class Nemesis:
         delay = t_start + at - self.history.now()
         if delay > 0:
             await asyncio.sleep(delay)
+        await self._strike(kind, getattr(self, kind))
+
+    async def for_the_whole_sale(self, kind: str, until: asyncio.Event) -> None:
+        """One strike of `kind` from now until `until` is set (the sale's end), recorded as
+        any other. Only `stranger` knows how to wait for it."""
+        await self._strike(kind, lambda target: getattr(self, kind)(target, until=until))
+
+    async def _strike(self, kind, act):
         target = await self.take(kind)
         entry = {"kind": kind, "target": target, "start": round(self.history.now(), 3)}
         self.history.note("nemesis", kind=kind, target=target)
         try:
-            await getattr(self, kind)(target)
+            await act(target)
         finally:
             entry["healed"] = round(self.history.now(), 3)
             self.history.note("healed", kind=kind, target=target)
@@ -138,15 +153,41 @@ class Nemesis:
         finally:
             link.drop_next_commits(0)
 
+    async def late_commit(self, i: int) -> None:
+        """A congested link: the next COMMIT of a lock cycle that wrote an order of a buyer
+        without an Idempotency-Key (so a wrong answer is that buyer's only one) is held back;
+        the instance sees its connection die with no answer, and PostgreSQL gets the COMMIT
+        3 s later. If no such COMMIT comes within 10 s, the next COMMIT of any kind."""
+        link = self.cluster.links[i]["pg"]
+        late = link.delay_next_commit(LATE_COMMIT_S, KEYLESS.encode())
+        try:
+            if not await _within(late.held.wait(), 10.0):
+                late = link.delay_next_commit(LATE_COMMIT_S)
+                if not await _within(late.held.wait(), 10.0):
+                    self.history.note("late_commit", target=i, held=False)
+                    return
+            self.history.note("late_commit", target=i, held=True, keyless=late.marker is not None)
+            await _within(late.done.wait(), LATE_COMMIT_S + 15.0)
+            self.history.note("late_commit_delivered", target=i, outcome=late.outcome,
+                              after_s=round(late.delivered_at - late.held_at, 2)
+                              if late.delivered_at else None)
+        finally:
+            link.keep_commits()
+
     # -- shared parts --------------------------------------------------------------------
-    async def stranger(self, _):
+    async def stranger(self, _, until: asyncio.Event | None = None) -> None:
+        """An instance on another ZooKeeper over the same database, for 6 to 9 s, or until
+        `until` is set."""
         inst = self.cluster.new_stranger()
         inst.start()
         try:
             await inst.wait_healthy()
             # The load balancer sends it its share: it must sell nothing and fence nobody.
             self.sale.instances.append(inst.port)
-            await self.hold(6.0, 9.0)
+            if until is None:
+                await self.hold(6.0, 9.0)
+            else:
+                await until.wait()
         finally:
             if inst.port in self.sale.instances:
                 self.sale.instances.remove(inst.port)
@@ -196,3 +237,12 @@ class Nemesis:
 
     async def provider_lose(self, _):
         await self._provider_fault({"lose_rate": 0.5}, {"lose_rate": 0.0})
+
+
+async def _within(waiting, limit: float) -> bool:
+    """Whether `waiting` finished within `limit` seconds."""
+    try:
+        await asyncio.wait_for(waiting, limit)
+        return True
+    except asyncio.TimeoutError:
+        return False

@@ -1,5 +1,6 @@
 """The report: the nemesis timeline over a chart of answers per second by kind, the longest
-stall after each nemesis, and the checker's verdict per invariant."""
+stall after each nemesis, the mass lapse's figures, and the checker's verdict per
+invariant."""
 
 import html
 from collections import Counter, defaultdict
@@ -20,13 +21,19 @@ def kind_of(e):
     return "4xx"
 
 
+def buying(e: dict) -> bool:
+    """Whether a history event is a buyer's request (not the lapse's burst, which its own
+    section reports)."""
+    return "op" in e and e["op"] != "lapse"
+
+
 def stalls(history, timeline, sale_end, tail=3.0):
     """Per nemesis, the longest time a product sold nothing (no 2xx order or payment for
     it), from the nemesis's start to `tail` seconds after it healed (by then a lock the
     nemesis stalled has been given back): the worst product."""
     sales = defaultdict(list)
     for e in history:
-        if "op" in e and e.get("status") in (200, 201) and isinstance(e.get("req"), dict) \
+        if buying(e) and e.get("status") in (200, 201) and isinstance(e.get("req"), dict) \
                 and "product_id" in e["req"]:
             sales[e["req"]["product_id"]].append(e["t1"])
     out = []
@@ -56,7 +63,7 @@ def worst_alone(rows):
 def per_second(history, sale_end):
     buckets = defaultdict(Counter)
     for e in history:
-        if "op" in e and e["t1"] <= sale_end:
+        if buying(e) and e["t1"] <= sale_end:
             buckets[int(e["t1"])][kind_of(e)] += 1
     return buckets
 
@@ -119,6 +126,10 @@ def rerun(meta):
         words += ["--mutant" if meta["label"] in MUTANTS else "--label", meta["label"]]
     if meta["kinds"] != KINDS:
         words += ["--kinds", ",".join(meta["kinds"])]
+    if meta.get("lapse", 2000) != 2000:
+        words += ["--lapse", str(meta["lapse"])]
+    if meta.get("stranger_for_the_whole_sale"):
+        words.append("--stranger-for-the-whole-sale")
     for flag in meta["flags"]:
         words.append(f"--instance-flag={flag}")
     return " ".join(words)
@@ -137,7 +148,9 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
         "",
         f"3 instances, a 3-node ZooKeeper ensemble (and a standalone one for the stranger), "
         f"PostgreSQL, the payment provider (10 % of charges declined); {meta['buyers']} buyers "
-        f"for {meta['duration']} s, then {meta['heal']:.0f} s for the faults to heal and the "
+        f"(one in ten without keys) for {meta['duration']} s of nemeses"
+        + (f", after the {meta['nemeses_from']:.0f} s of the mass lapse" if meta.get("nemeses_from") else "")
+        + f", then {meta['heal']:.0f} s for the faults to heal and the "
         f"sweep to settle. ZooKeeper session timeout {meta['session_ms']} ms, request timeout "
         f"{meta['request_ms']} ms.",
         "",
@@ -155,10 +168,17 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
         f"| **all** | **{total:,}** | 503s: **{100 * share_503:.1f} %** |",
         "",
         f"{facts['orders']:,} orders, {facts['paid']:,} paid; the provider's ledger holds "
-        f"{facts['charges']:,} charges, {facts['succeeded']:,} succeeded.",
+        f"{facts['charges']:,} charges, {facts['succeeded']:,} succeeded. {facts['keyless']:,} "
+        f"requests came from buyers without an Idempotency-Key; {facts['unheard']:,} orders that "
+        f"took stock went to a buyer who got no answer at all (told nothing, so not held to "
+        f"`told_failed_not_charged`).",
         "",
     ]
-    lines += nemeses_section(stall_rows)
+    lines += nemeses_section(stall_rows, history)
+    if facts.get("lapse"):
+        from .lapse import summary
+        lines += ["", "## The mass lapse", "",
+                  summary(facts["lapse"]) + " (Its burst is left out of the chart and the stalls.)"]
     lines += ["", "## The checker", "", "| invariant | promise | verdict |", "|---|---|---|"]
     for v in verdicts:
         verdict = "ok" if v["ok"] else f"**FAIL** ({v['count']})"
@@ -170,7 +190,7 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
     return "\n".join(lines) + "\n", ok, share_503, worst_alone(stall_rows)[1]
 
 
-def nemeses_section(stall_rows):
+def nemeses_section(stall_rows, history=()):
     lines = [
         "## Nemeses and the longest stall after each",
         "",
@@ -189,6 +209,16 @@ def nemeses_section(stall_rows):
               + (", ".join(f"{k} {v:.1f} s" for k, v in sorted(alone.items())) or "none struck alone")
               + "; with others in its window too: "
               + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(worst.items())) + "."]
+    late = [e for e in history if e.get("mark") in ("late_commit", "late_commit_delivered")]
+    if late:
+        lines += ["", "Late COMMITs: " + "; ".join(
+            (f"held on instance {e['target']} at {e['t']:.1f} s"
+             + ("" if e.get("keyless", True) else " (no lock cycle with a keyless order came: the next COMMIT)")
+             if e["held"] else f"none came on instance {e['target']} by {e['t']:.1f} s")
+            if e["mark"] == "late_commit" else
+            f"delivered {e['after_s']} s later, PostgreSQL: {e['outcome']}" if e["after_s"] is not None
+            else f"never delivered: {e['outcome']}"
+            for e in late) + "."]
     return lines
 
 
@@ -222,7 +252,7 @@ def main():
         text = open(sys.argv[3]).read()
         head, rest = text.split("## Nemeses and the longest stall after each", 1)
         tail = rest[rest.index("## The checker"):]
-        section = "\n".join(nemeses_section(stalls(history, timeline, end)))
+        section = "\n".join(nemeses_section(stalls(history, timeline, end), history))
         with open(sys.argv[3], "w") as out:
             out.write(head + section + "\n\n" + tail)
         return

@@ -246,7 +246,17 @@ pub(super) async fn record(
     };
     if !charge.approved() {
         metrics::payment_outcome("declined");
-        give_back(shop, order).await;
+        // The buyer hears the decline, with the order's id, by the answer's deadline: a lock
+        // queue jammed past it must not turn the answer into a bare 503. Cut short, the return
+        // rolls back whole; the order stays `paying` with its intent `failed`, and the sweep's
+        // payment pass gives the units back.
+        let left = answer_by.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, give_back(shop, order))
+            .await
+            .is_err()
+        {
+            tracing::warn!(order = %order.id, "declined; its units not back yet at the answer's deadline: the sweep returns them");
+        }
         return Err(Error::PaymentFailed { order_id: order.id });
     }
     metrics::payment_outcome("succeeded");

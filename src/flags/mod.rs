@@ -26,85 +26,11 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use crate::lock::{make_dir, Zk};
+
+mod seal;
 use crate::telemetry::metrics;
-
-/// What a flag's data starts with; the seal's version.
-const SEALED: &str = "seckill-flag:v2:";
-
-/// The data of flags an older version raised: a public constant, so anyone able to write to
-/// ZooKeeper could have made one. Kept only where `--zk-auth` closes the directory.
-const OLD_MARK: &[u8] = b"seckill-flag";
-
-/// Seals and checks flags' data. A stranger's node named like a flag would otherwise stop a
-/// product's sales on every instance, or arm a demo without the admin token.
-#[derive(Clone)]
-pub struct Seal {
-    key: [u8; 32],
-}
-
-impl Seal {
-    /// The key every instance of a deployment derives alike from its secret (none: a demo).
-    pub fn new(secret: Option<&str>) -> Seal {
-        use sha2::Digest;
-        let mut hash = sha2::Sha256::new();
-        hash.update(b"seckill flags v2\0");
-        hash.update(secret.unwrap_or_default().as_bytes());
-        Seal {
-            key: hash.finalize().into(),
-        }
-    }
-
-    fn mac(&self, path: &str, at_ms: u64) -> String {
-        use hmac::Mac;
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
-            .expect("HMAC takes a key of any length");
-        mac.update(format!("{path}\n{at_ms}").as_bytes());
-        mac.finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-
-    /// The data of a flag raised at `path` now.
-    pub fn mark(&self, path: &str) -> Vec<u8> {
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        format!("{SEALED}{at_ms}:{}", self.mac(path, at_ms)).into_bytes()
-    }
-
-    /// Whether `data` is a seal this deployment made for `path` (compared in constant time).
-    pub fn verify(&self, path: &str, data: &[u8]) -> bool {
-        use hmac::Mac;
-        let Some(rest) = std::str::from_utf8(data)
-            .ok()
-            .and_then(|d| d.strip_prefix(SEALED))
-        else {
-            return false;
-        };
-        let Some((at_ms, mac)) = rest.split_once(':') else {
-            return false;
-        };
-        let (Ok(at_ms), Some(given)) = (at_ms.parse::<u64>(), unhex(mac)) else {
-            return false;
-        };
-        let mut expected = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
-            .expect("HMAC takes a key of any length");
-        expected.update(format!("{path}\n{at_ms}").as_bytes());
-        expected.verify_slice(&given).is_ok()
-    }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+pub use seal::Seal;
+use seal::OLD_MARK;
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -473,24 +399,6 @@ async fn follow(inner: std::sync::Weak<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_seal_holds_for_its_own_path_and_key_only() {
-        let seal = Seal::new(Some("the-deployment's-secret"));
-        let data = seal.mark("/seckill/soldout/42");
-        assert!(seal.verify("/seckill/soldout/42", &data));
-        assert!(
-            !seal.verify("/seckill/soldout/43", &data),
-            "copied to another product"
-        );
-        assert!(!Seal::new(Some("another secret")).verify("/seckill/soldout/42", &data));
-        assert!(
-            !seal.verify("/seckill/soldout/42", OLD_MARK),
-            "the old public mark"
-        );
-        assert!(!seal.verify("/seckill/soldout/42", b"seckill-flag:v2:1:00"));
-        assert!(!seal.verify("/seckill/soldout/42", b""));
-    }
 
     #[test]
     fn only_names_never_checked_are_read_again() {

@@ -61,11 +61,21 @@ async fn outcome(db: &PgPool, xid: i64, pid: i32, deadline: Instant) -> Option<b
         match status(db, xid).await {
             Ok(Some(status)) if status == "committed" => return Some(true),
             Ok(Some(status)) if status == "aborted" => return Some(false),
-            Ok(Some(_in_progress)) => {
-                if let Err(e) = end_backend(db, xid, pid).await {
-                    tracing::debug!(error = %e, "ending the backend of an unanswered COMMIT failed");
+            Ok(Some(_in_progress)) => match end_backend(db, xid, pid).await {
+                // Ended (waited for): its transaction is settled now, whatever the deadline
+                // says: read it once more rather than answer "not known".
+                Ok(true) => {
+                    return match status(db, xid).await {
+                        Ok(Some(status)) if status == "committed" => Some(true),
+                        Ok(Some(status)) if status == "aborted" => Some(false),
+                        _ => None,
+                    }
                 }
-            }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "ending the backend of an unanswered COMMIT failed")
+                }
+            },
             // Too old for PostgreSQL to remember: cannot be one of ours (it was just written).
             Ok(None) => return None,
             Err(e) => tracing::debug!(error = %e, "asking whether a transaction committed failed"),
@@ -85,15 +95,15 @@ async fn status(db: &PgPool, xid: i64) -> Result<Option<String>, sqlx::Error> {
 }
 
 /// Ends the backend still running `xid` (the 32-bit `backend_xid` is the 64-bit id's low
-/// half), waiting up to a second for it to go.
-async fn end_backend(db: &PgPool, xid: i64, pid: i32) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity
-         WHERE pid = $1 AND backend_xid::TEXT = ($2::BIGINT % 4294967296)::TEXT",
+/// half), waiting up to a second for it to go (PostgreSQL 14 or later). `true` if it went.
+async fn end_backend(db: &PgPool, xid: i64, pid: i32) -> Result<bool, sqlx::Error> {
+    let ended = sqlx::query_scalar!(
+        r#"SELECT pg_terminate_backend(pid, 1000) AS "ended!" FROM pg_stat_activity
+           WHERE pid = $1 AND backend_xid::TEXT = ($2::BIGINT % 4294967296)::TEXT"#,
         pid,
         xid
     )
-    .fetch_all(db)
+    .fetch_optional(db)
     .await?;
-    Ok(())
+    Ok(ended == Some(true))
 }

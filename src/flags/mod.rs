@@ -162,7 +162,7 @@ impl Flags {
             loop {
                 metrics::zk("get_data");
                 let stat = match client.get_data(&path).await {
-                    Ok((data, stat)) if self.inner.seal.verify(&path, &data) => stat,
+                    Ok((data, stat)) if self.inner.seal.verify(&path, &data, stat.mtime) => stat,
                     Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
                     Err(e) => return Err(e),
                 };
@@ -245,7 +245,7 @@ async fn read_mark(
         Err(zk::Error::NoNode) => return Ok(None),
         Err(e) => return Err(e),
     };
-    if seal.verify(path, &data) {
+    if seal.verify(path, &data, stat.mtime) {
         return Ok(Some(true));
     }
     if !(data.is_empty() || data == OLD_MARK) || acls != zk::Acls::creator_all() {
@@ -271,7 +271,7 @@ async fn read_mark(
         Err(zk::Error::BadVersion) => {
             metrics::zk("get_data");
             match client.get_data(path).await {
-                Ok((data, _)) => Ok(Some(seal.verify(path, &data))),
+                Ok((data, stat)) => Ok(Some(seal.verify(path, &data, stat.mtime))),
                 Err(zk::Error::NoNode) => Ok(None),
                 Err(e) => Err(e),
             }

@@ -6,6 +6,10 @@ use sha2::Digest;
 /// What a flag's data starts with; the seal's version.
 const SEALED: &str = "seckill-flag:v2:";
 
+/// How far a seal's time may be from the node's own (ZooKeeper's `mtime`): clocks drift, but
+/// an old seal copied into a node made later (replayed) is refused.
+const MAX_SKEW_MS: u64 = 10 * 60 * 1000;
+
 /// The data of flags an older version raised: a public constant, so anyone able to write to
 /// ZooKeeper could have made one. Kept only where `--zk-auth` closes the directory.
 pub(super) const OLD_MARK: &[u8] = b"seckill-flag";
@@ -51,8 +55,9 @@ impl Seal {
         format!("{SEALED}{at_ms}:{mac}").into_bytes()
     }
 
-    /// Whether `data` is a seal this deployment made for `path` (compared in constant time).
-    pub fn verify(&self, path: &str, data: &[u8]) -> bool {
+    /// Whether `data` is a seal this deployment made for `path` (compared in constant time),
+    /// written when the node was (`mtime_ms`, ZooKeeper's time of the node's last change).
+    pub fn verify(&self, path: &str, data: &[u8], mtime_ms: i64) -> bool {
         let Some(rest) = std::str::from_utf8(data)
             .ok()
             .and_then(|d| d.strip_prefix(SEALED))
@@ -65,7 +70,8 @@ impl Seal {
         let (Ok(at_ms), Some(given)) = (at_ms.parse::<u64>(), unhex(mac)) else {
             return false;
         };
-        self.mac(path, at_ms).verify_slice(&given).is_ok()
+        at_ms.abs_diff(u64::try_from(mtime_ms).unwrap_or(0)) <= MAX_SKEW_MS
+            && self.mac(path, at_ms).verify_slice(&given).is_ok()
     }
 }
 
@@ -84,20 +90,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_seal_holds_for_its_own_path_and_key_only() {
+    fn a_seal_holds_for_its_own_path_key_and_time_only() {
         let seal = Seal::new(Some("the-deployment's-secret"));
         let data = seal.mark("/seckill/soldout/42");
-        assert!(seal.verify("/seckill/soldout/42", &data));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        assert!(seal.verify("/seckill/soldout/42", &data, now));
         assert!(
-            !seal.verify("/seckill/soldout/43", &data),
+            !seal.verify("/seckill/soldout/43", &data, now),
             "copied to another product"
         );
-        assert!(!Seal::new(Some("another secret")).verify("/seckill/soldout/42", &data));
         assert!(
-            !seal.verify("/seckill/soldout/42", OLD_MARK),
+            !seal.verify("/seckill/soldout/42", &data, now + 3_600_000),
+            "replayed into a node made an hour later"
+        );
+        let other = Seal::new(Some("another secret"));
+        assert!(!other.verify("/seckill/soldout/42", &data, now));
+        assert!(
+            !seal.verify("/seckill/soldout/42", OLD_MARK, now),
             "the old public mark"
         );
-        assert!(!seal.verify("/seckill/soldout/42", b"seckill-flag:v2:1:00"));
-        assert!(!seal.verify("/seckill/soldout/42", b""));
+        assert!(!seal.verify("/seckill/soldout/42", b"seckill-flag:v2:1:00", 1));
+        assert!(!seal.verify("/seckill/soldout/42", b"", now));
     }
 }

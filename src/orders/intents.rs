@@ -171,13 +171,15 @@ pub(super) async fn unclaim(
     Ok(true)
 }
 
-/// Removes the order's intent while it is still pending: its charge was never sent.
+/// Removes the order's intent while it is still pending, its charge never sent, and the
+/// order is not being paid (a payment claiming it meanwhile reuses the intent's key).
 pub(super) async fn drop_unsent(
     conn: impl sqlx::PgExecutor<'_>,
     order_id: Uuid,
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "DELETE FROM payments WHERE order_id = $1 AND outcome IS NULL",
+        "DELETE FROM payments p USING orders o
+         WHERE p.order_id = $1 AND p.outcome IS NULL AND o.id = p.order_id AND o.status <> 'paying'",
         order_id
     )
     .execute(conn)

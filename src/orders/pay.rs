@@ -247,9 +247,10 @@ pub(super) async fn record(
     if !charge.approved() {
         metrics::payment_outcome("declined");
         // The buyer hears the decline, with the order's id, by the answer's deadline: a lock
-        // queue jammed past it must not turn the answer into a bare 503. Cut short, the return
-        // rolls back whole; the order stays `paying` with its intent `failed`, and the sweep's
-        // payment pass gives the units back.
+        // queue jammed past it must not turn the answer into a bare 503. Cut short before its
+        // commit, the return rolls back whole (the order stays `paying`, its intent `failed`,
+        // and the sweep's payment pass gives the units back); cut short during it, it may have
+        // committed, and only the sold-out flag's lowering is left to the sweep.
         let left = answer_by.saturating_duration_since(Instant::now());
         if tokio::time::timeout(left, give_back(shop, order))
             .await

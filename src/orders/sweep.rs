@@ -15,7 +15,6 @@
 //! costs a repeated attempt, never a repeated effect. An instance whose ZooKeeper ensemble
 //! is outranked (a stray on another ZooKeeper) does none of it: the guarding fleet does.
 
-use std::future::Future;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -42,27 +41,60 @@ const PRODUCTS_AT_ONCE: usize = 4;
 /// Payments one instance settles at once (each may wait seconds on the provider).
 const SETTLING_AT_ONCE: usize = 8;
 
-/// Runs the three loops every `interval` until the task is aborted (shutdown).
-pub async fn run(shop: Shop, interval: Duration) {
-    let shop = &shop;
-    tokio::join!(
-        every(shop, interval, || return_lapsed(shop)),
-        every(shop, interval, || settle_stale_payments(shop)),
-        every(shop, interval, || upkeep(shop)),
-    );
+/// The background loops, each on its own.
+#[derive(Clone, Copy, Debug)]
+enum Loop {
+    Returns,
+    Settlement,
+    Upkeep,
 }
 
-/// Runs `pass` every `interval`, except while another ensemble guards the database.
-async fn every<F, Fut>(shop: &Shop, interval: Duration, mut pass: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    loop {
-        tokio::time::sleep(interval).await;
-        if !shop.outranked() {
-            pass().await;
+impl Loop {
+    fn name(self) -> &'static str {
+        match self {
+            Loop::Returns => "sweep-returns",
+            Loop::Settlement => "sweep-settlement",
+            Loop::Upkeep => "sweep-upkeep",
         }
+    }
+
+    /// Runs this loop's pass every `interval`, except while another ensemble guards the
+    /// database, until aborted.
+    async fn run(self, shop: Shop, interval: Duration) {
+        let shop = &shop;
+        loop {
+            tokio::time::sleep(interval).await;
+            if shop.outranked() {
+                continue;
+            }
+            match self {
+                Loop::Returns => return_lapsed(shop).await,
+                Loop::Settlement => settle_payments(shop).await,
+                Loop::Upkeep => upkeep(shop).await,
+            }
+        }
+    }
+}
+
+/// Runs the three loops every `interval`, each a task of its own (a panic in one is logged
+/// and that loop starts again; the others go on), until aborted (shutdown: dropping the set
+/// aborts them).
+pub async fn run(shop: Shop, interval: Duration) {
+    let mut loops = tokio::task::JoinSet::new();
+    let mut which = std::collections::HashMap::new();
+    for each in [Loop::Returns, Loop::Settlement, Loop::Upkeep] {
+        let id = loops.spawn(each.run(shop.clone(), interval)).id();
+        which.insert(id, each);
+    }
+    while let Some(ended) = loops.join_next_with_id().await {
+        let Err(e) = ended else { continue };
+        let Some(each) = which.remove(&e.id()) else {
+            continue;
+        };
+        tracing::error!(worker = each.name(), error = %e, "a background loop ended; starting it again");
+        metrics::worker_restarted(each.name());
+        let id = loops.spawn(each.run(shop.clone(), interval)).id();
+        which.insert(id, each);
     }
 }
 
@@ -107,7 +139,8 @@ async fn return_lapsed(shop: &Shop) {
     each.await;
 }
 
-/// Closing abandoned orders, settling orphaned intents, and lowering contradicted flags.
+/// Closing abandoned orders and lowering contradicted flags: nothing here waits on the
+/// provider.
 async fn upkeep(shop: &Shop) {
     match close_abandoned(shop).await {
         Ok(0) => {}
@@ -128,10 +161,12 @@ async fn upkeep(shop: &Shop) {
     }
 }
 
-/// Takes up to [`PASS`] orders stale in `paying` for `age` that no other sweep holds,
-/// oldest first, for [`LEASE`].
+/// Takes up to [`SETTLING_AT_ONCE`] orders stale in `paying` for `age` that no other sweep
+/// holds, oldest first, for [`LEASE`]: no more than it works on at once, so none waits out
+/// its lease in a queue here while another instance could settle it.
 async fn take_stale_payments(shop: &Shop, age: Duration) -> sqlx::Result<Vec<Order>> {
-    let (lease, pass, age) = (LEASE.as_secs_f64(), PASS, age.as_secs_f64());
+    let pass = SETTLING_AT_ONCE as i64;
+    let (lease, age) = (LEASE.as_secs_f64(), age.as_secs_f64());
     sqlx::query_as!(
         Order,
         "UPDATE orders SET sweep_after = now() + make_interval(secs => $1)
@@ -149,23 +184,35 @@ async fn take_stale_payments(shop: &Shop, age: Duration) -> sqlx::Result<Vec<Ord
     .await
 }
 
-/// Settles orders stuck in `paying`: `paid` if a succeeded payment was recorded (the charge
+/// Settles orders stuck in `paying` (then orphaned intents): `paid` if a succeeded payment was recorded (the charge
 /// went through), otherwise `payment_failed` with the units back on sale. The moves are
 /// conditional on `paying`, so a payment finishing at the same moment wins cleanly.
-async fn settle_stale_payments(shop: &Shop) {
+async fn settle_payments(shop: &Shop) {
     // Past its attempt's window the order's own task has finished (or died): what is still
-    // `paying` waits for us.
-    let stale = match take_stale_payments(shop, shop.attempt_window()).await {
-        Ok(stale) => stale,
-        Err(e) => return tracing::warn!(error = %e, "settling stale payments failed"),
-    };
-    let each = futures_util::stream::iter(stale).for_each_concurrent(SETTLING_AT_ONCE, |order| async move {
-        if let Err(e) = settle(shop, &order).await {
-            metrics::sweep("skipped", 1);
-            tracing::warn!(order = %order.id, error = format!("{e:#}"), "settling a payment failed; retrying later");
+    // `paying` waits for us. Taken a handful at a time, until none is left.
+    loop {
+        let stale = match take_stale_payments(shop, shop.attempt_window()).await {
+            Ok(stale) => stale,
+            Err(e) => break tracing::warn!(error = %e, "settling stale payments failed"),
+        };
+        let taken = stale.len();
+        let each = futures_util::stream::iter(stale).for_each_concurrent(SETTLING_AT_ONCE, |order| async move {
+            if let Err(e) = settle(shop, &order).await {
+                metrics::sweep("skipped", 1);
+                tracing::warn!(order = %order.id, error = format!("{e:#}"), "settling a payment failed; retrying later");
+            }
+        });
+        each.await;
+        if taken < SETTLING_AT_ONCE {
+            break;
         }
-    });
-    each.await;
+    }
+    if let Err(e) = settle_orphans(shop).await {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "settling orphaned payment intents failed"
+        );
+    }
 }
 
 /// Settles one order left `paying`, from what is known of its charge — never by assuming:
@@ -198,7 +245,10 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
             None => return unpaid(shop, order).await,
         },
     };
-    let settled = record(shop, order, &charge, deadline, Settler::Sweep).await;
+    // Its own time to record and, for a decline, to give the units back: the charge may
+    // have used up the time it was given.
+    let record_by = Instant::now() + shop.payment.timeout * 2;
+    let settled = record(shop, order, &charge, record_by, Settler::Sweep).await;
     let outcome = if charge.approved() {
         "settled_paid"
     } else {
@@ -248,9 +298,9 @@ async fn settle_orphans(shop: &Shop) -> anyhow::Result<()> {
         match shop.payment.lookup(&key, deadline).await? {
             Some(charge) => {
                 let approved = charge.approved();
-                record(shop, &order, &charge, deadline, Settler::Sweep)
-                    .await
-                    .ok();
+                let record_by = Instant::now() + shop.payment.timeout * 2;
+                // Its answer is for no buyer: what matters is the intent's outcome, recorded.
+                let _ = record(shop, &order, &charge, record_by, Settler::Sweep).await;
                 if approved {
                     tracing::error!(order = %order.id, status = order.status.as_str(), "a charge was made for an order that is not being paid: refund it");
                 }

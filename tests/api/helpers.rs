@@ -825,10 +825,11 @@ pub struct CommitDropper {
 /// What PostgreSQL did with a COMMIT delivered late.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Delivered {
-    /// It answered: the transaction was still open, and the COMMIT landed.
-    Answered,
-    /// The connection was gone (its backend ended): the COMMIT landed nowhere.
-    Closed,
+    /// It answered `CommandComplete`: the transaction was still open, and the COMMIT landed.
+    Committed,
+    /// An error (its backend was ended meanwhile: PostgreSQL's FATAL), or the connection was
+    /// gone: the COMMIT landed nowhere.
+    Refused,
 }
 
 impl CommitDropper {
@@ -990,9 +991,11 @@ async fn relay(inbound: TcpStream, outbound: TcpStream, commit: Commit) {
         if sent.is_err() {
             return Ok(()); // the client went away first
         }
+        // The first message of the answer: `C` (CommandComplete) if the COMMIT ran. A backend
+        // ended before it came had sent its FATAL (`E`) already, then closed.
         let became = match server_rx.read(&mut buf).await {
-            Ok(n) if n > 0 => Delivered::Answered,
-            _ => Delivered::Closed,
+            Ok(n) if n > 0 && buf[0] == b'C' => Delivered::Committed,
+            _ => Delivered::Refused,
         };
         delivered.send_replace(Some(became));
         Ok::<_, std::io::Error>(())

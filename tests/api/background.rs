@@ -21,10 +21,6 @@ async fn product_with_reservations(base: &str, stock: i64, ttl_s: i64) -> i64 {
     .await
 }
 
-async fn count(env: &TestEnv, sql: &str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(&env.db).await.unwrap()
-}
-
 /// Waits until every reservation has been given back (none left `reserved`).
 async fn wait_all_returned(env: &TestEnv, limit: Duration, what: &str) {
     wait_until(limit, what, || async {

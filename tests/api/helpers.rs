@@ -689,6 +689,11 @@ pub async fn scrape(base: &str) -> HashMap<String, f64> {
         .collect()
 }
 
+/// One number from the test's database (a `COUNT(*)`, a `SUM`), for assertions.
+pub async fn count(env: &TestEnv, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&env.db).await.unwrap()
+}
+
 /// The payment semaphore's view (`GET /api/payments/semaphore`): leases and waiters.
 pub async fn semaphore(base: &str) -> Value {
     send(http().get(format!("{base}/api/payments/semaphore")))

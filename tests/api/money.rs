@@ -46,11 +46,6 @@ pub async fn money_is_exact(env: &TestEnv) {
     assert_eq!(recorded, paid, "one succeeded payment row per paid order");
 }
 
-/// A count the test database answers.
-async fn count(env: &TestEnv, sql: &str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(&env.db).await.unwrap()
-}
-
 /// Waits until the order is `paid` (settled by its task or the sweep); the database may be
 /// coming back meanwhile.
 pub async fn wait_paid(env: &TestEnv, order_id: &str) {

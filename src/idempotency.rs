@@ -2,8 +2,8 @@
 //! for byte, and never touches the stock again — also when the retries race each other on
 //! different instances.
 //!
-//! It wraps the order flow: the checks that write nothing run first (a refused request
-//! leaves no key row), then the key's row is inserted (the primary key lets exactly one
+//! It wraps the order flow: the checks that write nothing run first (a request they refuse
+//! leaves no key row, and its replay is decided again), then the key's row is inserted (the primary key lets exactly one
 //! request win, wherever it runs), the order is placed, and the row is completed with the
 //! answer. A transient outcome (503, 429, 500) is not kept: the row is deleted so a retry
 //! runs afresh. What an answer looks like on the wire is the HTTP layer's to say (an
@@ -69,26 +69,30 @@ pub async fn place(
         Ok(admitted) => admitted,
         // Nothing was decided (an outage, a full queue): the key stays free for the retry.
         Err(refused) if refused.is_transient() => return first(Err(refused)),
-        // A refusal is the key's final answer like any other: kept, so a replay after a
-        // lost answer gets it again rather than what a check says by then (a restock, a
-        // limit's units released). Unless the key is known already (a retry): its first
-        // answer wins over what a check says now.
+        // Refused before any work began (sold out, an unknown product, terms the order can
+        // never meet, the buyer's limit): nothing is written, as Stripe does for a request
+        // refused before its endpoint runs — the crowd after a sell-out is most of a flash
+        // sale's traffic, and must not write at its own rate. A replay is simply decided
+        // again. Unless the key is known already (a retry): its first answer wins over what
+        // a check says now.
         Err(refused) => {
-            let answer = Err(refused);
-            let fingerprint = request.fingerprint();
-            return match keep(db, &key, &fingerprint, &encode(&answer)).await {
-                Ok(true) => first(answer),
-                Ok(false) => match Box::pin(begin(db, &key, &fingerprint, encode, window)).await {
-                    // Known a moment ago, freed since: the refusal is its answer now.
-                    Ok(Begin::First(attempt)) => {
-                        let kept = first(answer);
-                        if let Err(e) = finish(db, &key, attempt, &kept, false).await {
-                            tracing::warn!(error = %e, "could not record an idempotent refusal");
+            return match known(db, &key).await {
+                Ok(false) => first(Err(refused)),
+                Ok(true) => {
+                    let fingerprint = request.fingerprint();
+                    match Box::pin(begin(db, &key, &fingerprint, encode, window)).await {
+                        // Known a moment ago, freed since (its attempt sold nothing): the
+                        // refusal is its answer now, and keeps nothing either.
+                        Ok(Begin::First(attempt)) => {
+                            let kept = first(Err(refused));
+                            if let Err(e) = finish(db, &key, attempt, &kept, true).await {
+                                tracing::warn!(error = %e, "could not free an idempotency key");
+                            }
+                            kept
                         }
-                        kept
+                        begun => answer_begun(begun, first),
                     }
-                    begun => answer_begun(begun, first),
-                },
+                }
                 Err(e) => first(Err(e.into())),
             };
         }
@@ -147,26 +151,15 @@ fn answer_begun(begun: Result<Begin, sqlx::Error>, first: impl FnOnce(Answer) ->
     }
 }
 
-/// Takes a free key with its final answer, in one statement (a refusal at admission, which
-/// placed nothing). `false`: the key is known already.
-async fn keep(
-    db: &PgPool,
-    key: &str,
-    fingerprint: &Value,
-    kept: &Kept,
-) -> Result<bool, sqlx::Error> {
-    let taken = sqlx::query!(
-        "INSERT INTO idempotency_keys (key, request, status_code, response, completed_at)
-         VALUES ($1, $2, $3, $4, now())
-         ON CONFLICT (key) DO NOTHING",
-        key,
-        fingerprint,
-        kept.status as i16,
-        &kept.body
+/// Whether the key has a row (one index probe; a refusal at admission writes none).
+async fn known(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
+    let found = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1) AS "found!""#,
+        key
     )
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(taken.rows_affected() == 1)
+    Ok(found)
 }
 
 /// A key's row as `begin` reads it.

@@ -13,7 +13,7 @@ INVARIANTS = [
     ("charges", "every succeeded charge belongs to a paid order"),
     ("settled", "no order left created or paying, no payment intent pending, no reservation past its expiry"),
     ("per_user", "no buyer over the per-user limit"),
-    ("keys", "no key with two orders, and every final answer to a key is the key's first one"),
+    ("keys", "no key with two orders, and once a key's answer is kept, every later answer is that one (a refusal decided before any work keeps nothing)"),
     ("answers", "every answer is JSON, every error has a code and a message, and no 5xx but 503"),
     ("keys_answered", "every key has a final answer once the faults have healed"),
     ("told_failed_not_charged", "no buyer told failed without an order id holds or paid for that order: every order that took stock is named (`id`, `order_id`) by an answer its buyer got"),
@@ -40,6 +40,18 @@ def named_order(event: dict) -> str | None:
     if not isinstance(body, dict) or not event["path"].startswith("/orders"):
         return None
     return body.get("order_id") or (body.get("id") if 200 <= event.get("status", 0) < 300 else None)
+
+
+# Refusals decided before any work (at admission): they keep nothing for their key, whose
+# replay is decided again (docs/api.md, "Which answers are kept for a key").
+REFUSED_BEFORE_WORK = ("sold_out", "purchase_limit", "unknown_product", "unprocessable",
+                       "invalid_request")
+
+
+def refused_before_work(event: dict) -> bool:
+    body = parse(event.get("body"))
+    return (isinstance(body, dict) and 400 <= event.get("status", 0) < 500
+            and body.get("error") in REFUSED_BEFORE_WORK and not named_order(event))
 
 
 def told(events: list[dict]) -> str:
@@ -78,14 +90,17 @@ def check(history, cluster):
             bad["keys_answered"].append(
                 f"key {key} ({last['who']}): last answer {last.get('status', last.get('error'))} {str(last.get('body', ''))[:100]}")
             continue
-        first = finals[0]
-        for e in finals[1:]:
-            if (e["status"], e["body"]) != (first["status"], first["body"]):
-                bad["keys"].append(
-                    f"key {key}: first {first['status']} {first['body'][:100]} then {e['status']} {e['body'][:100]}")
         for e in events:
             if oid := named_order(e):
                 key_orders[key].add(oid)
+        kept = [e for e in finals if not refused_before_work(e)]
+        if not kept:
+            continue
+        first = kept[0]
+        for e in finals[finals.index(first) + 1:]:
+            if (e["status"], e["body"]) != (first["status"], first["body"]):
+                bad["keys"].append(
+                    f"key {key}: first {first['status']} {first['body'][:100]} then {e['status']} {e['body'][:100]}")
 
     # the books
     products = cluster.query(

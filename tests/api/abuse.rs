@@ -19,7 +19,7 @@ async fn rows(env: &TestEnv) -> (i64, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn rejected_orders_write_no_order_row_and_keep_a_keyed_refusal_for_replay() {
+async fn rejected_orders_write_no_row_and_a_refused_keys_replay_is_decided_again() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&["--max-waiters-per-product", "1"]).await;
     let sold_out = create_product(&app.base_url, 1, "zk").await;
@@ -77,18 +77,12 @@ async fn rejected_orders_write_no_order_row_and_keep_a_keyed_refusal_for_replay(
     for (reply, code) in &flood {
         assert_eq!(reply.code(), *code, "{reply:?}");
     }
-    // No rejection placed an order. A keyed refusal (sold out, over the limit, unknown
-    // product) is its key's final answer and is kept, so a replay answers it again; a
-    // too-busy answer (try again) and an unkeyed refusal write nothing.
-    let kept = 3 * 10; // the keyed sold_out, purchase_limit and unknown_product answers
-    assert_eq!(
-        rows(&env).await,
-        (before.0, before.1 + kept),
-        "{} rejections",
-        flood.len()
-    );
-    // After a restock the product sells again, but a refused key still answers its refusal:
-    // its client was told "sold out", and no duplicate of its request may buy behind it.
+    // No rejection wrote a row: not an order, not a key. A refusal decided before any work
+    // (sold out, over the limit, an unknown product) keeps nothing, keyed or not; nor does a
+    // too-busy answer (try again).
+    assert_eq!(rows(&env).await, before, "{} rejections", flood.len());
+    // So a refused key's replay is decided again: after a restock it buys (its first attempt
+    // sold nothing, so this is still one order for the key).
     let restocked = send(
         http()
             .post(format!("{}/api/products/{sold_out}/restock", app.base_url))
@@ -100,12 +94,16 @@ async fn rejected_orders_write_no_order_row_and_keep_a_keyed_refusal_for_replay(
     assert_eq!(restocked.status, StatusCode::OK, "{restocked:?}");
     let replay = order_with_key(&app.base_url, sold_out, "late-0", "flood-0").await;
     assert_eq!(
-        (replay.status, replay.code(), replay.replayed),
-        (StatusCode::CONFLICT, "sold_out", true),
+        (replay.status, replay.replayed),
+        (StatusCode::CREATED, false),
         "{replay:?}"
     );
-    let fresh = order_with_key(&app.base_url, sold_out, "late-0", "flood-0-again").await;
-    assert_eq!(fresh.status, StatusCode::CREATED, "{fresh:?}");
+    let again = order_with_key(&app.base_url, sold_out, "late-0", "flood-0").await;
+    assert_eq!(
+        (again.status, again.replayed, again.body["id"].clone()),
+        (StatusCode::CREATED, true, replay.body["id"].clone()),
+        "from now on the key answers with its order: {again:?}"
+    );
 
     hold.release();
     assert_eq!(holder.await.unwrap().unwrap().status, StatusCode::CREATED);

@@ -137,9 +137,12 @@ def k6_step(urls, products, rate, seconds, tag):
     m = data["metrics"]
     count = lambda n: int(m[n]["values"]["count"]) if n in m else 0
     lat = m.get("http_req_duration{name:POST /orders}", {}).get("values", {})
+    paid_lat = m.get("orders_paid_duration", {}).get("values", {})
     return {"offered": rate, "paid": count("orders_paid"), "retry": count("orders_retry"),
             "other": count("orders_other"), "paid_per_s": count("orders_paid") / seconds,
-            "p50_ms": lat.get("med"), "p99_ms": lat.get("p(99)")}
+            "p50_ms": lat.get("med"), "p99_ms": lat.get("p(99)"),
+            "paid_p50_ms": paid_lat.get("med"), "paid_p99_ms": paid_lat.get("p(99)"),
+            "dropped": count("dropped_iterations")}
 
 
 def saturate(inst, label, guard, batch, hot, seconds, quick, run_id):

@@ -74,8 +74,10 @@ pub struct Config {
     pub batch_max: i32,
 
     /// Most buyers one instance lets wait for (or be served under) one product's guard;
-    /// beyond it, 429 `too_busy`.
-    #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 512)]
+    /// beyond it, 429 `too_busy`. A combined product's queue also turns away, at once, an
+    /// order it could not serve within --lock-timeout-ms at its recent pace (Retry-After:
+    /// the queue's time to be served); this cap bounds its memory.
+    #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 4096)]
     pub max_waiters_per_product: usize,
 
     /// Most of a product's stock (a share of every unit it ever had) that reservations

@@ -67,6 +67,11 @@ pub enum Error {
     /// Too many buyers already queued for this product on this instance.
     #[error("too many buyers are queued for this product; try again")]
     TooBusy,
+    /// This instance's queue for the product could not serve one more order within its
+    /// lock timeout (or is full): refused before it queues. `retry_after` is the time the
+    /// queue, as it stands, needs to be served (its length over the rate it is served at).
+    #[error("this product's queue here cannot serve another order in time; retry in {}s", retry_after.as_secs().max(1))]
+    QueueFull { retry_after: std::time::Duration },
     /// The product's lock was not granted within the lock timeout. Nothing changed.
     #[error("the product's lock was not granted in time; nothing changed, try again")]
     LockTimeout { order_id: Option<Uuid> },
@@ -115,7 +120,7 @@ impl Error {
             NotPayable { .. } => "order_not_payable",
             IdempotencyInProgress => "idempotency_in_progress",
             IdempotencyMismatch => "idempotency_mismatch",
-            TooBusy => "too_busy",
+            TooBusy | QueueFull { .. } => "too_busy",
             LockTimeout { .. } => "lock_timeout",
             LockLost { .. } => "lock_lost",
             PaymentBusy { .. } => "payment_busy",
@@ -149,6 +154,9 @@ impl Error {
             LockLost { .. } => LockLost { order_id: None },
             LockTimeout { .. } => LockTimeout { order_id: None },
             TooBusy => TooBusy,
+            QueueFull { retry_after } => QueueFull {
+                retry_after: *retry_after,
+            },
             PurchaseLimit { .. } => PurchaseLimit { order_id: None },
             OutcomePending { .. } => OutcomePending { order_id: None },
             Unavailable(cause) => Unavailable(anyhow::anyhow!("{cause:#}")),
@@ -182,6 +190,7 @@ impl Error {
             SoldOut { order_id: None }
                 | PurchaseLimit { order_id: None }
                 | TooBusy
+                | QueueFull { .. }
                 | TooManyUnpaid
                 | InvalidRequest(_)
                 | UnknownProduct(_)
@@ -189,6 +198,14 @@ impl Error {
                 | IdempotencyMismatch
                 | IdempotencyInProgress
         )
+    }
+
+    /// When a client should ask again, if this answer knows better than "shortly".
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::QueueFull { retry_after } => Some(*retry_after),
+            _ => None,
+        }
     }
 
     /// Whether the outcome may differ on a retry (so it is not kept for idempotent replay):
@@ -204,6 +221,7 @@ impl Error {
                 | OutcomePending { .. }
                 | Unavailable(_)
                 | TooBusy
+                | QueueFull { .. }
                 | Internal(_)
                 | IdempotencyInProgress
                 | PaymentInProgress { .. }

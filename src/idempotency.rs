@@ -26,8 +26,9 @@ pub struct Kept {
     pub body: String,
     /// Whether this is a replay of a kept answer.
     pub replayed: bool,
-    /// A "try later" answer (never kept): the client is told when to ask again.
-    pub retry_later: bool,
+    /// A "try later" answer (never kept): the seconds after which the client should ask
+    /// again.
+    pub retry_after: Option<u64>,
 }
 
 /// How an order's answer is written down for the wire (the HTTP layer's encoding).
@@ -231,7 +232,7 @@ async fn begin(
                 status: status as u16,
                 body,
                 replayed: true,
-                retry_later: false,
+                retry_after: None,
             }));
         }
         if let Some(order_id) = row.order_id {

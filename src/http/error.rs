@@ -122,7 +122,7 @@ pub fn status_of(error: &Error) -> StatusCode {
         | NotPayable { .. }
         | IdempotencyInProgress => StatusCode::CONFLICT,
         IdempotencyMismatch | Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        TooBusy => StatusCode::TOO_MANY_REQUESTS,
+        TooBusy | QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
         LockTimeout { .. }
         | LockLost { .. }
         | PaymentBusy { .. }
@@ -201,9 +201,10 @@ fn write_body(code: &str, message: String, order_id: Option<Uuid>) -> String {
 }
 
 /// A JSON response from its parts; every 503 and 429 gets `Retry-After`, and so does a
-/// "try later" conflict (`retry_later`: a key or a payment still in progress, too many
-/// unpaid reservations), or clients poll it as fast as they can.
-pub fn json_response(status: StatusCode, body: String, retry_later: bool) -> Response {
+/// "try later" conflict (a key or a payment still in progress, too many unpaid
+/// reservations), or clients poll it as fast as they can. `retry_after` is the answer's own
+/// figure in seconds (a queue's time to be served), or 1.
+pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>) -> Response {
     let mut response = (
         status,
         [(
@@ -213,22 +214,32 @@ pub fn json_response(status: StatusCode, body: String, retry_later: bool) -> Res
         body,
     )
         .into_response();
-    if retry_later
-        || status == StatusCode::SERVICE_UNAVAILABLE
-        || status == StatusCode::TOO_MANY_REQUESTS
-    {
+    let busy = status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS;
+    if let Some(seconds) = retry_after.or(busy.then_some(1)) {
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     }
     response
 }
 
+/// The `Retry-After` seconds of a "try later" answer (none for a final one).
+pub fn retry_after(error: &Error) -> Option<u64> {
+    error.is_transient().then(|| {
+        error
+            .retry_after()
+            .map_or(1, |wait| wait.as_secs_f64().ceil() as u64)
+    })
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry_later = matches!(&self, ApiError::Domain(e) if e.is_transient());
+        let retry = match &self {
+            ApiError::Domain(e) => retry_after(e),
+            _ => None,
+        };
         let overloaded = matches!(self, ApiError::Overloaded(_));
-        let mut response = json_response(self.status(), self.body(), retry_later);
+        let mut response = json_response(self.status(), self.body(), retry);
         // A refusal for want of room must free the room it took: a connection kept alive
         // after it would hold the socket the refusal was about (a flood of refused event
         // streams would lock every other client out).
@@ -265,6 +276,9 @@ mod tests {
             Error::IdempotencyInProgress,
             Error::IdempotencyMismatch,
             Error::TooBusy,
+            Error::QueueFull {
+                retry_after: std::time::Duration::from_secs(3),
+            },
             Error::LockTimeout { order_id: None },
             Error::LockLost { order_id: None },
             Error::PaymentBusy { order_id: id },

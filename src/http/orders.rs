@@ -9,7 +9,7 @@ use axum::Router;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::error::{json_response, status_of, ApiError, ErrorBody};
+use super::error::{json_response, retry_after, status_of, ApiError, ErrorBody};
 use super::AppState;
 use super::{parse_id, Json, Path};
 use crate::config::Config;
@@ -109,13 +109,13 @@ fn encode(answer: &Answer) -> Kept {
         status: status.as_u16(),
         body,
         replayed: false,
-        retry_later: answer.as_ref().is_err_and(Error::is_transient),
+        retry_after: answer.as_ref().err().and_then(retry_after),
     }
 }
 
 fn respond(kept: Kept) -> Response {
     let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(status, kept.body, kept.retry_later);
+    let mut response = json_response(status, kept.body, kept.retry_after);
     if kept.replayed {
         response
             .headers_mut()

@@ -8,12 +8,14 @@
 mod ensembles;
 mod fence;
 mod guard;
+mod many;
 mod product;
 mod stock;
 mod terms;
 
 pub use ensembles::{keep_standing, Standing, SILENCE};
 pub use guard::{enter, enter_as, enter_for_sale, Guard, Protection};
+pub use many::{read_fenced, write_fenced, FencedRead, FencedWrite};
 pub use product::{
     create, fence, get, list, seed_demo, stock, Audit, NewProduct, Product, BOUNDS, MAX_BATCH,
     MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S, MAX_STOCK,

@@ -7,15 +7,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::model::{Order, OrderStatus, Ticket};
-use super::shop::Shop;
-use super::store::{self, Row};
-use crate::commit::CommitError;
-use crate::error::Error;
-use crate::inventory::{self, Protection, Read, Terms};
-use crate::teaching::Pause;
-use sqlx::PgConnection;
+use std::borrow::Cow;
+
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
+
+use super::model::{Order, OrderStatus, Ticket};
+use super::shop::{Rules, Shop};
+use super::store::{self, Row, Units};
+use crate::commit::{CommitError, Tracked};
+use crate::error::Error;
+use crate::inventory::{self, Catalog, Current, Protection, Read, Terms};
+use crate::teaching::Pause;
 
 /// What the check of read-check-write decided for one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +43,7 @@ pub enum Verdict {
 impl Verdict {
     /// Rejections write no order row: nothing was sold, and a flood of them (a bot replaying
     /// a buyer's id, hoarding with fresh ids) must not write at its own rate.
-    fn writes_row(self) -> bool {
+    pub(super) fn writes_row(self) -> bool {
         matches!(self, Verdict::Take | Verdict::SoldOut)
     }
 }
@@ -99,6 +102,140 @@ pub struct Served {
     pub stock: i32,
 }
 
+/// What the stock, as read under the guard, says of a product's batch.
+pub(super) struct Stock<'a> {
+    pub stock: i32,
+    pub stocked_total: i32,
+    pub unpaid: i32,
+    pub held: &'a HashMap<String, i32>,
+    /// The terms as the row says now.
+    pub terms: &'a Current,
+}
+
+/// One product's batch, decided: the terms it was decided under (the row's, not the cached
+/// ones: a change of terms since the orders' checks is decided on here — their price, their
+/// cap, the buyer's limit, the reservation time), its orders at those terms' prices, each
+/// one's verdict, and the stock after them.
+pub(super) struct Decided<'a> {
+    pub terms: Arc<Terms>,
+    pub tickets: Cow<'a, [Ticket]>,
+    pub verdicts: Vec<Verdict>,
+    pub left: i32,
+}
+
+/// Decides `tickets` of the product whose cached terms are `cached` against `stock`.
+pub(super) fn decide_batch<'a>(
+    catalog: &Catalog,
+    rules: &Rules,
+    cached: &Arc<Terms>,
+    stock: Stock<'_>,
+    superseded: &HashSet<Uuid>,
+    tickets: &'a [Ticket],
+) -> Decided<'a> {
+    let terms = catalog.current(cached, stock.terms);
+    let tickets: Cow<[Ticket]> = if tickets.iter().any(|t| t.amount_cents != price(t, &terms)) {
+        Cow::Owned(
+            tickets
+                .iter()
+                .map(|t| Ticket {
+                    amount_cents: price(t, &terms),
+                    ..t.clone()
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(tickets)
+    };
+    let unpaid_room =
+        (stock.stocked_total as f64 * rules.max_unpaid_share).ceil() as i32 - stock.unpaid;
+    let (verdicts, left) = decide(
+        stock.stock,
+        terms.max_per_order,
+        terms.per_user_limit,
+        unpaid_room,
+        stock.held,
+        superseded,
+        &tickets,
+    );
+    Decided {
+        terms,
+        tickets,
+        verdicts,
+        left,
+    }
+}
+
+impl Decided<'_> {
+    /// The rows its verdicts write, and the units each buyer takes. `fence` is the token the
+    /// stock write carried; `acquired`, when the guard was entered (each order's time in the
+    /// queue: only a lock has one).
+    pub(super) fn rows(
+        &self,
+        fence: Option<i64>,
+        acquired: Instant,
+    ) -> (Vec<Row<'_>>, Vec<Units<'_>>) {
+        let written = self.verdicts.iter().filter(|v| v.writes_row()).count();
+        let rows = self
+            .tickets
+            .iter()
+            .zip(&self.verdicts)
+            .filter(|(_, verdict)| verdict.writes_row())
+            .map(|(ticket, verdict)| Row {
+                ticket,
+                terms: &self.terms,
+                status: match verdict {
+                    Verdict::Take if ticket.pay => OrderStatus::Paying,
+                    Verdict::Take => OrderStatus::Reserved,
+                    _ => OrderStatus::SoldOut,
+                },
+                failure: None,
+                waited: fence.map(|_| acquired.saturating_duration_since(ticket.placed)),
+                fence,
+                batch_size: Some(written as i32),
+            })
+            .collect();
+        let mut taken: HashMap<&str, i32> = HashMap::new();
+        for (ticket, verdict) in self.tickets.iter().zip(&self.verdicts) {
+            if *verdict == Verdict::Take {
+                *taken.entry(&ticket.user_id).or_default() += ticket.quantity;
+            }
+        }
+        let units = taken
+            .into_iter()
+            .map(|(user_id, units)| Units {
+                product_id: self.terms.id,
+                user_id,
+                units,
+                max_units: self.terms.per_user_limit,
+            })
+            .collect();
+        (rows, units)
+    }
+
+    /// Every order's outcome once its rows (`written`, in the order of `rows`) committed.
+    pub(super) fn answers(&self, written: impl IntoIterator<Item = Order>) -> Served {
+        let mut written = written.into_iter();
+        let orders = self
+            .verdicts
+            .iter()
+            .map(|verdict| match verdict {
+                Verdict::Limit => Err(Error::PurchaseLimit { order_id: None }),
+                Verdict::Unpaid => Err(Error::TooManyUnpaid),
+                Verdict::TooMany => Err(Error::Unprocessable(format!(
+                    "quantity must be at most {} for this product (its terms changed)",
+                    self.terms.max_per_order
+                ))),
+                Verdict::Superseded => Err(Error::IdempotencyInProgress),
+                _ => Ok(written.next().expect("a row per written verdict")),
+            })
+            .collect();
+        Served {
+            orders,
+            stock: self.left,
+        }
+    }
+}
+
 /// Serves `tickets` under `protection` (the lock, if any, is held by the caller and released
 /// after this returns: after the commit). `acquired` is when the guard was entered, for each
 /// order's time in the queue. An error means nothing was written: not one order sold.
@@ -116,115 +253,80 @@ pub async fn serve(
         Read::Fenced => return Err(Error::LockLost { order_id: None }),
     };
     pause.await;
-    let superseded = superseded(&mut read.tx, tickets).await?;
-    // The row's terms, not the cached ones: a change of terms since the orders' checks is
-    // decided on here (their price, their cap, the buyer's limit, the reservation time).
-    let terms = shop.catalog.current(terms, &read.terms);
-    let repriced: Vec<Ticket>;
-    let tickets = match tickets.iter().any(|t| t.amount_cents != price(t, &terms)) {
-        true => {
-            repriced = tickets
-                .iter()
-                .map(|t| Ticket {
-                    amount_cents: price(t, &terms),
-                    ..t.clone()
-                })
-                .collect();
-            &repriced[..]
-        }
-        false => tickets,
+    let all: Vec<&Ticket> = tickets.iter().collect();
+    let superseded = superseded(&mut read.tx, &all).await?;
+    let stock = Stock {
+        stock: read.stock,
+        stocked_total: read.stocked_total,
+        unpaid: read.unpaid,
+        held: &read.held,
+        terms: &read.terms,
     };
-    let unpaid_room =
-        (read.stocked_total as f64 * shop.rules.max_unpaid_share).ceil() as i32 - read.unpaid;
-    let (verdicts, left) = decide(
-        read.stock,
-        terms.max_per_order,
-        terms.per_user_limit,
-        unpaid_room,
-        &read.held,
+    let decided = decide_batch(
+        &shop.catalog,
+        &shop.rules,
+        terms,
+        stock,
         &superseded,
         tickets,
     );
-    let Some(mut written) = read.write(left).await? else {
+    let Some(mut written) = read.write(decided.left).await? else {
         return Err(Error::LockLost { order_id: None });
     };
     let fence = match protection {
         Protection::Fenced(token) => Some(token.zxid),
         _ => None,
     };
-    let rows: Vec<Row> = tickets
-        .iter()
-        .zip(&verdicts)
-        .filter(|(_, verdict)| verdict.writes_row())
-        .map(|(ticket, verdict)| Row {
-            ticket,
-            status: match verdict {
-                Verdict::Take if ticket.pay => OrderStatus::Paying,
-                Verdict::Take => OrderStatus::Reserved,
-                _ => OrderStatus::SoldOut,
-            },
-            failure: None,
-            // Time in the queue: only a lock has one.
-            waited: fence.map(|_| acquired.saturating_duration_since(ticket.placed)),
-        })
-        .collect();
-    let mut units: HashMap<&str, i32> = HashMap::new();
-    for (ticket, verdict) in tickets.iter().zip(&verdicts) {
-        if *verdict == Verdict::Take {
-            *units.entry(&ticket.user_id).or_default() += ticket.quantity;
-        }
-    }
-    let size = Some(rows.len() as i32);
-    let inserted = store::insert(&mut written.tx, &terms, fence, size, &rows, &units).await;
-    let orders = match inserted {
+    let (rows, units) = decided.rows(fence, acquired);
+    let orders = match store::insert(&mut written.tx, &rows, &units).await {
         Ok(orders) => orders,
         // The holdings changed since our read: only possible with no guard (`none`), where
         // another order of the buyer raced ours. The CHECK refused it: nothing sold.
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some("purchases_within_limit") => {
-            return Err(Error::PurchaseLimit { order_id: None });
-        }
+        Err(e) if over_limit(&e) => return Err(Error::PurchaseLimit { order_id: None }),
         Err(e) => return Err(e.into()),
     };
-    let deadline =
-        tickets.iter().map(|t| t.placed).min().unwrap_or(acquired) + shop.rules.request_timeout;
+    let earliest = tickets.iter().map(|t| t.placed).min().unwrap_or(acquired);
+    commit(&shop.db, &shop.rules, written, earliest).await?;
+    Ok(decided.answers(orders))
+}
+
+/// Whether PostgreSQL refused a write for a buyer over the product's limit.
+pub(super) fn over_limit(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(e) if e.constraint() == Some("purchases_within_limit"))
+}
+
+/// Commits a lock cycle's transaction by the deadline of its earliest order (placed at
+/// `earliest`). An error
+/// means no order of it may be told it sold: `unavailable` if it certainly did not commit,
+/// `outcome_pending` if that is not known (its orders may be written — a `paying` one's
+/// intent is then the sweep's —, so each is named in its 503 and nothing is written over
+/// them).
+pub(super) async fn commit(
+    db: &PgPool,
+    rules: &Rules,
+    written: Tracked,
+    earliest: Instant,
+) -> Result<(), Error> {
+    let deadline = earliest + rules.request_timeout;
     match written
-        .commit(&shop.db, tokio::time::Instant::from_std(deadline))
+        .commit(db, tokio::time::Instant::from_std(deadline))
         .await
     {
-        Ok(()) => {}
-        Err(CommitError::NotCommitted(e)) => {
-            return Err(Error::Unavailable(
-                anyhow::Error::new(e).context("the lock cycle's commit failed"),
-            ))
-        }
-        // Its orders may be written (a `paying` one's intent is then the sweep's): each is
-        // named in its 503 `outcome_pending`, and nothing is written over them.
-        Err(CommitError::Unknown(_)) => return Err(Error::OutcomePending { order_id: None }),
+        Ok(()) => Ok(()),
+        Err(CommitError::NotCommitted(e)) => Err(Error::Unavailable(
+            anyhow::Error::new(e).context("the lock cycle's commit failed"),
+        )),
+        Err(CommitError::Unknown(_)) => Err(Error::OutcomePending { order_id: None }),
     }
-    let mut written = orders.into_iter();
-    let orders = verdicts
-        .iter()
-        .map(|verdict| match verdict {
-            Verdict::Limit => Err(Error::PurchaseLimit { order_id: None }),
-            Verdict::Unpaid => Err(Error::TooManyUnpaid),
-            Verdict::TooMany => Err(Error::Unprocessable(format!(
-                "quantity must be at most {} for this product (its terms changed)",
-                terms.max_per_order
-            ))),
-            Verdict::Superseded => Err(Error::IdempotencyInProgress),
-            _ => Ok(written.next().expect("a row per written verdict")),
-        })
-        .collect();
-    Ok(Served {
-        orders,
-        stock: left,
-    })
 }
 
 /// The orders whose Idempotency-Key a later attempt has taken over; the others' keys are
 /// locked until this transaction ends, so none can be taken over before their orders are
 /// written (or not).
-async fn superseded(conn: &mut PgConnection, tickets: &[Ticket]) -> Result<HashSet<Uuid>, Error> {
+pub(super) async fn superseded(
+    conn: &mut PgConnection,
+    tickets: &[&Ticket],
+) -> Result<HashSet<Uuid>, sqlx::Error> {
     let (keys, attempts): (Vec<&str>, Vec<Uuid>) = tickets
         .iter()
         .filter_map(|t| Some((t.key.as_deref()?, t.attempt?)))

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -37,6 +38,11 @@ struct QueueState {
     serving: usize,
     /// A worker runs: new orders only queue.
     worker: bool,
+    /// Seconds from one batch's answers to the next's lately, while the queue stayed busy
+    /// (the lock's turn among the instances and the cycle itself; 0: not known yet).
+    cycle: f64,
+    /// When the last batch had its answers, or the worker started after an idle spell.
+    since: Option<Instant>,
 }
 
 impl QueueState {
@@ -76,7 +82,12 @@ impl Combiner {
             }
             st.waiting.push_back(waiting);
             st.publish(&queue.waiting);
-            !std::mem::replace(&mut st.worker, true)
+            let start = !std::mem::replace(&mut st.worker, true);
+            if start {
+                // An idle spell is not the queue's pace: its rate counts from here.
+                st.since = Some(Instant::now());
+            }
+            start
         };
         Ok(start_worker.then_some(queue))
     }
@@ -98,9 +109,20 @@ impl Combiner {
 
     /// Orders of the product queued or being served on this instance.
     pub fn queued(&self, product_id: i64) -> usize {
-        self.existing(product_id).map_or(0, |queue| {
+        self.load(product_id, 1).0
+    }
+
+    /// Orders of the product queued or being served on this instance, and how long one
+    /// more would wait for its answer at the pace of this instance's recent lock cycles:
+    /// the cycles its place needs, `batch_max` orders each, one cycle time each (`None`
+    /// until a cycle has been timed).
+    pub fn load(&self, product_id: i64, batch_max: usize) -> (usize, Option<Duration>) {
+        self.existing(product_id).map_or((0, None), |queue| {
             let st = queue.state();
-            st.waiting.len() + st.serving
+            let queued = st.waiting.len() + st.serving;
+            let cycles = (queued + 1).div_ceil(batch_max.max(1));
+            let wait = (st.cycle > 0.0).then(|| Duration::from_secs_f64(cycles as f64 * st.cycle));
+            (queued, wait)
         })
     }
 }
@@ -145,9 +167,22 @@ impl Queue {
         batch
     }
 
-    /// The batch being served has its answers.
+    /// The batch being served has its answers: its cycle counts towards the queue's pace.
     pub(super) fn served(&self) {
-        self.state().serving = 0;
+        let mut st = self.state();
+        let now = Instant::now();
+        if let Some(since) = st.since.filter(|_| st.serving > 0) {
+            let took = now.saturating_duration_since(since).as_secs_f64();
+            // Smoothed over the last few cycles: one slow cycle (a pause of ZooKeeper's)
+            // must not turn a crowd away.
+            st.cycle = if st.cycle > 0.0 {
+                0.7 * st.cycle + 0.3 * took
+            } else {
+                took
+            };
+        }
+        st.since = Some(now);
+        st.serving = 0;
     }
 
     /// Every waiting order, out of the queue (the guard could not be entered).

@@ -14,6 +14,7 @@ use super::batch;
 use super::combiner::Queue;
 use super::model::{OrderStatus, Ticket, Waiting};
 use super::pay;
+use super::shared;
 use super::shop::Shop;
 use super::store;
 use crate::error::Error;
@@ -175,6 +176,7 @@ pub(super) async fn run(
     }
     let (tickets, replies): (Vec<Ticket>, Vec<_>) =
         batch.into_iter().map(|w| (w.ticket, w.reply)).unzip();
+    let tickets: Arc<[Ticket]> = tickets.into();
     let all: Vec<&Ticket> = tickets.iter().collect();
     metrics::lock_cycle(terms.guard.as_str(), tickets.len());
     if lock.is_some() {
@@ -192,11 +194,23 @@ pub(super) async fn run(
             return;
         }
     }
-    let pause: Pause = match &act {
-        Some(act) => act.pause(&mut lock, shop.rules.stock_think),
-        None => Box::pin(inventory::think(shop.rules.stock_think)),
+    // An ordinary cycle (nothing acted out, no pause between read and write) of a combined
+    // product under a lock shares its transaction with every other product whose lock this
+    // instance holds now (`shared`); any other runs its own.
+    let plain = act.as_ref().is_none_or(Act::plain) && shop.rules.stock_think.is_zero();
+    let served = match protection {
+        Protection::Fenced(token) if plain && terms.batched() => {
+            let part = shared::Part::new(terms.clone(), token, acquired, tickets.clone());
+            shop.shared.serve(part).await
+        }
+        _ => {
+            let pause: Pause = match &act {
+                Some(act) => act.pause(&mut lock, shop.rules.stock_think),
+                None => Box::pin(inventory::think(shop.rules.stock_think)),
+            };
+            batch::serve(shop, terms, protection, acquired, &tickets, pause).await
+        }
     };
-    let served = batch::serve(shop, terms, protection, acquired, &tickets, pause).await;
     let lost = matches!(served, Err(Error::LockLost { .. }));
     // Released here, after the commit (the step-through may keep it until "next").
     let kept = match &act {
@@ -241,7 +255,7 @@ pub(super) async fn run(
     }
     let mut paying = Vec::new();
     let deadline = |ticket: &Ticket| ticket.placed + shop.rules.request_timeout;
-    for ((outcome, reply), ticket) in served.orders.into_iter().zip(replies).zip(&tickets) {
+    for ((outcome, reply), ticket) in served.orders.into_iter().zip(replies).zip(tickets.iter()) {
         let answer = match outcome {
             Ok(order) if order.status == OrderStatus::Paying => {
                 paying.push((order, reply, deadline(ticket)));

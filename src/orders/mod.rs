@@ -29,6 +29,8 @@
 //! - [`combiner`]: the per-product queue whose worker runs the lock cycles.
 //! - [`cycle`]: one lock cycle, from the entered guard to every order's answer.
 //! - [`batch`]: one lock cycle's decisions and writes.
+//! - `shared`: the lock cycles of every product whose lock the instance holds at one moment,
+//!   in one transaction.
 //! - [`pay`]: paying (per batch), and giving units back (declines, expiries).
 //! - [`recorder`]: the providers' answers, recorded many to a statement.
 //! - `lost_answer`: the page's money demo (a charge made, its answer lost, settled by the sweep).
@@ -47,6 +49,7 @@ mod place;
 mod recorder;
 pub mod request;
 mod returns;
+mod shared;
 pub mod shop;
 pub mod store;
 pub mod sweep;

@@ -4,7 +4,7 @@
 //! and `cycle::work`), or takes the guard in a lock cycle of its own (a per-request product).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use tokio::sync::oneshot;
@@ -20,6 +20,9 @@ use crate::error::Error;
 use crate::inventory::{self, Terms};
 use crate::lock::Session;
 use crate::teaching::Act;
+
+/// The longest `Retry-After` a queue's refusal asks for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// An order that passed every check made before anything is written.
 pub struct Admitted {
@@ -76,9 +79,7 @@ impl Shop {
             .price_cents
             .checked_mul(quantity.into())
             .ok_or_else(|| Error::invalid("the order's amount is too large"))?;
-        if !self.has_room(&terms) {
-            return Err(Error::TooBusy);
-        }
+        self.room(&terms)?;
         if check_limit {
             let held = store::units_held(&self.db, terms.id, request.user_id()).await?;
             if held + quantity > terms.per_user_limit {
@@ -106,16 +107,26 @@ impl Shop {
     }
 
     /// Whether this instance has room for one more order of the product (the queue checks
-    /// again when the order joins it: this is the early answer that writes nothing).
-    fn has_room(&self, terms: &Terms) -> bool {
+    /// again when the order joins it: this is the early answer that writes nothing). A
+    /// combined product's queue turns away an order it could not serve within the lock
+    /// timeout at the pace its cycles keep (the cycles its place needs, times the recent
+    /// cycle time) — told so at once, with that wait as its Retry-After, rather than after
+    /// waiting for a `lock_timeout` — and is capped at `--max-waiters-per-product` (memory).
+    fn room(&self, terms: &Terms) -> Result<(), Error> {
         let max = self.rules.max_waiters_per_product;
         if terms.batched() {
-            self.combiner.queued(terms.id) < max
-        } else if terms.guard.recipe().is_some() {
-            self.zk.waiting_here(terms.id) < max
-        } else {
-            true
+            let batch_max = usize::try_from(terms.batch_max).unwrap_or(1);
+            let (queued, wait) = self.combiner.load(terms.id, batch_max);
+            let late = wait.is_some_and(|wait| wait > self.lock_timeout(terms.id));
+            if queued >= max || late {
+                return Err(Error::QueueFull {
+                    retry_after: wait.unwrap_or(Duration::from_secs(1)).min(MAX_RETRY_AFTER),
+                });
+            }
+        } else if terms.guard.recipe().is_some() && self.zk.waiting_here(terms.id) >= max {
+            return Err(Error::TooBusy);
         }
+        Ok(())
     }
 
     /// Runs an admitted order to its answer. `key`, its Idempotency-Key with the attempt that

@@ -14,6 +14,7 @@ use super::combiner::Combiner;
 use super::intents;
 use super::model::{Answer, Order, Payment};
 use super::recorder::Recorder;
+use super::shared::SharedCycles;
 use crate::config::Config;
 use crate::error::Error;
 use crate::events::Events;
@@ -73,6 +74,8 @@ pub struct Shop {
     pub(super) payment: Provider,
     /// Writes the provider's answers, many to a statement.
     pub(super) recorder: Recorder,
+    /// Serves the lock cycles of many products in one transaction.
+    pub(super) shared: SharedCycles,
     /// Every task that carries orders (order tasks, lock cycles, payments): shutdown waits
     /// for them before it closes the database pool under them.
     pub(super) tasks: TaskTracker,
@@ -100,6 +103,7 @@ impl Shop {
         standing: watch::Receiver<Standing>,
     ) -> Shop {
         let recorder = Recorder::new(db.clone());
+        let shared = SharedCycles::new(db.clone(), catalog.clone(), rules);
         Shop {
             db,
             zk,
@@ -109,6 +113,7 @@ impl Shop {
             events,
             payment,
             recorder,
+            shared,
             tasks,
             teaching: teaching.on_sale_path().then(|| teaching.clone()),
             rules,

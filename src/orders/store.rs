@@ -13,34 +13,52 @@ use crate::inventory::Terms;
 /// One order's row, as its batch (or whatever ended it) decided it.
 pub struct Row<'a> {
     pub ticket: &'a Ticket,
+    /// Its product's terms as its lock cycle decided with them.
+    pub terms: &'a Terms,
     pub status: OrderStatus,
     /// Why a `failed` order failed.
     pub failure: Option<&'a str>,
     /// Its time in the lock queue (guards with a lock only).
     pub waited: Option<Duration>,
+    /// The token its batch's stock write carried.
+    pub fence: Option<i64>,
+    /// How many orders its lock cycle served (none for orders no cycle served).
+    pub batch_size: Option<i32>,
 }
 
-/// Writes the rows, adds `units` to each buyer's holding (the per-customer limit's CHECK
-/// stays the last word), links each key to its order (only the key's own attempt, and only
-/// once), and writes a payment intent for each `paying` order (its key is
-/// `pay::intent_key`'s), in one statement. Returns the
-/// orders in the order of `rows`. `fence` is the token the batch's stock write carried;
-/// `batch_size`, how many orders its lock cycle served (none for orders no cycle served).
+/// Units a batch adds to one buyer's holding of one product.
+pub struct Units<'a> {
+    pub product_id: i64,
+    pub user_id: &'a str,
+    pub units: i32,
+    /// The product's per-customer limit (the CHECK's bound).
+    pub max_units: i32,
+}
+
+/// Writes the rows (of one product or many), adds `units` to each buyer's holding (the
+/// per-customer limit's CHECK stays the last word), links each key to its order (only the
+/// key's own attempt, and only once), and writes a payment intent for each `paying` order
+/// (its key is `pay::intent_key`'s), in one statement. Returns the orders in the order of
+/// `rows`.
 pub async fn insert(
     conn: &mut PgConnection,
-    terms: &Terms,
-    fence: Option<i64>,
-    batch_size: Option<i32>,
     rows: &[Row<'_>],
-    units: &HashMap<&str, i32>,
+    units: &[Units<'_>],
 ) -> Result<Vec<Order>, sqlx::Error> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.ticket.id).collect();
+    let products: Vec<i64> = rows.iter().map(|r| r.terms.id).collect();
     let users: Vec<&str> = rows.iter().map(|r| r.ticket.user_id.as_str()).collect();
     let quantities: Vec<i32> = rows.iter().map(|r| r.ticket.quantity).collect();
     let amounts: Vec<i64> = rows.iter().map(|r| r.ticket.amount_cents).collect();
     let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
     let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure).collect();
     let waits: Vec<Option<i32>> = rows.iter().map(|r| r.waited.map(millis)).collect();
+    let fences: Vec<Option<i64>> = rows.iter().map(|r| r.fence).collect();
+    let ttls: Vec<f64> = rows
+        .iter()
+        .map(|r| f64::from(r.terms.reservation_ttl_s))
+        .collect();
+    let sizes: Vec<Option<i32>> = rows.iter().map(|r| r.batch_size).collect();
     let mut key_names: Vec<&str> = Vec::new();
     let mut key_orders: Vec<Uuid> = Vec::new();
     let mut key_attempts: Vec<Uuid> = Vec::new();
@@ -51,47 +69,56 @@ pub async fn insert(
             key_attempts.push(attempt);
         }
     }
-    let (holders, held): (Vec<&str>, Vec<i32>) = units.iter().map(|(u, n)| (*u, *n)).unzip();
+    let held_products: Vec<i64> = units.iter().map(|u| u.product_id).collect();
+    let holders: Vec<&str> = units.iter().map(|u| u.user_id).collect();
+    let held: Vec<i32> = units.iter().map(|u| u.units).collect();
+    let limits: Vec<i32> = units.iter().map(|u| u.max_units).collect();
     let mut orders: Vec<Order> = sqlx::query_as!(
         Order,
         "WITH o AS (
             INSERT INTO orders (id, product_id, user_id, quantity, amount_cents, status, failure,
                                 fence, lock_wait_ms, expires_at, batch_size)
-            SELECT t.id, $1, t.user_id, t.quantity, t.amount, t.status, t.failure, $2, t.waited,
+            SELECT t.id, t.product_id, t.user_id, t.quantity, t.amount, t.status, t.failure,
+                   t.fence, t.waited,
                    CASE WHEN t.status IN ('reserved', 'paying')
-                        THEN now() + make_interval(secs => $3) END,
-                   $4
-            FROM unnest($5::uuid[], $6::text[], $7::int[], $8::bigint[], $9::text[], $10::text[],
-                        $11::int[]) AS t(id, user_id, quantity, amount, status, failure, waited)
+                        THEN now() + make_interval(secs => t.ttl) END,
+                   t.size
+            FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[],
+                        $7::text[], $8::int[], $9::bigint[], $10::float8[], $11::int[])
+                 AS t(id, product_id, user_id, quantity, amount, status, failure, waited, fence,
+                      ttl, size)
             RETURNING *
          ), held AS (
             INSERT INTO purchases (product_id, user_id, units, max_units)
-            SELECT $1, h.user_id, h.units, $12 FROM unnest($13::text[], $14::int[]) AS h(user_id, units)
+            SELECT h.product_id, h.user_id, h.units, h.max_units
+            FROM unnest($12::bigint[], $13::text[], $14::int[], $15::int[])
+                 AS h(product_id, user_id, units, max_units)
             ON CONFLICT (product_id, user_id)
             DO UPDATE SET units = purchases.units + EXCLUDED.units, max_units = EXCLUDED.max_units
          ), keys AS (
             UPDATE idempotency_keys k SET order_id = t.id
-            FROM unnest($15::text[], $16::uuid[], $17::uuid[]) AS t(key, id, attempt)
+            FROM unnest($16::text[], $17::uuid[], $18::uuid[]) AS t(key, id, attempt)
             WHERE k.key = t.key AND k.attempt = t.attempt AND k.order_id IS NULL
          ), intents AS (
             INSERT INTO payments (order_id, key, amount_cents)
             SELECT id, 'seckill-' || id::text, amount_cents FROM o WHERE status = 'paying'
          )
          SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM o",
-        terms.id,
-        fence,
-        f64::from(terms.reservation_ttl_s),
-        batch_size,
         &ids,
+        &products,
         &users as _,
         &quantities,
         &amounts,
         &statuses as _,
         &failures as _,
         &waits as _,
-        terms.per_user_limit,
+        &fences as _,
+        &ttls,
+        &sizes as _,
+        &held_products,
         &holders as _,
         &held,
+        &limits,
         &key_names as _,
         &key_orders,
         &key_attempts,
@@ -117,14 +144,17 @@ pub async fn ended(
         .iter()
         .map(|ticket| Row {
             ticket,
+            terms,
             status,
             failure,
             waited: None,
+            fence: None,
+            batch_size: None,
         })
         .collect();
     let written = async {
         let mut conn = db.acquire().await?;
-        insert(&mut conn, terms, None, None, &rows, &HashMap::new()).await
+        insert(&mut conn, &rows, &[]).await
     };
     if let Err(e) = written.await {
         tracing::warn!(orders = tickets.len(), ?status, failure, error = %e, "could not record ended orders");

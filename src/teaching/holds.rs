@@ -83,6 +83,14 @@ impl Holds {
         }
     }
 
+    /// Whether a hold waits for the product's next holder.
+    pub(super) fn armed(&self, product_id: i64) -> bool {
+        self.armed
+            .lock()
+            .expect("holds poisoned")
+            .contains_key(&product_id)
+    }
+
     pub(super) fn take(&self, product_id: i64) -> Option<Held> {
         let mut armed = self.armed.lock().expect("holds poisoned");
         let queue = armed.get_mut(&product_id)?;

@@ -157,6 +157,16 @@ impl Act {
         self.demo.is_some()
     }
 
+    /// Whether the cycle acts nothing out at all: no demo, no step-through and (in a test
+    /// build) no hold armed for it: an ordinary lock cycle.
+    pub fn plain(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        if self.teaching.holds.armed(self.product_id) {
+            return false;
+        }
+        self.demo.is_none() && !self.teaching.stepping(self.product_id)
+    }
+
     /// The crash demo: the holder's session ends with its lock before it writes anything.
     /// True if it crashed (the lock is gone; the cycle sells nothing).
     pub async fn crash(&self, lock: &mut Option<StockLock>, order_id: Uuid) -> bool {

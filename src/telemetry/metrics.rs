@@ -31,6 +31,8 @@ pub const REFUSED: &str = "seckill_refused_total";
 pub const VIEW_REFRESHES: &str = "seckill_view_refreshes_total";
 pub const WORKER_RESTARTS: &str = "seckill_worker_restarts_total";
 pub const ENSEMBLE_STANDING: &str = "seckill_zk_ensemble_standing";
+pub const SHARED_CYCLES: &str = "seckill_shared_cycles";
+pub const SHARED_CYCLE_PRODUCTS: &str = "seckill_shared_cycle_products";
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
 const SECONDS: &[f64] = &[
@@ -48,6 +50,7 @@ pub fn handle() -> &'static PrometheusHandle {
         let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(LOCK_CYCLE_ORDERS.into()), BATCH))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SHARED_CYCLE_PRODUCTS.into()), BATCH))
             .expect("bucket lists are not empty")
             .install_recorder()
             // Someone else's recorder (a test harness, an embedding program): render nothing
@@ -115,6 +118,14 @@ fn describe() {
         ENSEMBLE_STANDING,
         "1 for this instance's ZooKeeper ensemble's standing (guarding, outranked, unknown), 0 for the others; an outranked instance sells nothing under a ZooKeeper guard and does no background work"
     );
+    describe_gauge!(
+        SHARED_CYCLES,
+        "Lock cycles (one product's batch each) waiting for, or in, a transaction shared with other products' cycles on this instance"
+    );
+    describe_histogram!(
+        SHARED_CYCLE_PRODUCTS,
+        "Products (lock cycles) one shared transaction served: `_sum / _count` is cycles per transaction"
+    );
     describe_counter!(
         LOCK_REENTRIES,
         "Lock acquisitions an owner already holding the lock made by counting (no node), by recipe"
@@ -134,6 +145,16 @@ fn describe() {
         WORKER_RESTARTS,
         "Background workers restarted after a panic, by worker"
     );
+}
+
+/// Lock cycles in (or waiting for) a shared transaction: +1 as one joins, -1 as it leaves.
+pub fn shared_cycles(delta: f64) {
+    gauge!(SHARED_CYCLES).increment(delta);
+}
+
+/// A shared transaction served `products` lock cycles.
+pub fn shared_transaction(products: usize) {
+    histogram!(SHARED_CYCLE_PRODUCTS).record(products as f64);
 }
 
 /// An order's answer: `outcome` is `paid`, `reserved` or the error code.

@@ -240,3 +240,130 @@ async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it_and_writes_no_row() {
         "the hung-up buyer bought nothing"
     );
 }
+
+/// The lock cycles of every product whose lock the instance holds at one moment share one
+/// transaction. The test holds one product's row (PostgreSQL's row lock), so that product's
+/// cycle stays inside its transaction; two more products' cycles take their locks and wait
+/// for the next one (the instance's gauge shows all three); once the row is let go, the two
+/// are written by one transaction (their orders' `xmin`: reservations, which no later
+/// update rewrites), not the first's.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_cycles_of_products_held_at_one_moment_share_one_transaction() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_process("shared", &[]).await;
+    let base = &app.base_url;
+    let blocked = create_product(base, 10, "zk").await;
+    let (a, b) = (
+        create_product(base, 10, "zk").await,
+        create_product(base, 10, "zk").await,
+    );
+    let waiting = |n: f64| async move {
+        let metrics = scrape(base).await;
+        (metrics.get("seckill_shared_cycles").copied().unwrap_or(0.0) >= n).then_some(())
+    };
+    let mut row = env.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
+        .bind(blocked)
+        .execute(&mut *row)
+        .await
+        .unwrap();
+    let reserving = |product: i64, user: &'static str| {
+        let base = base.clone();
+        tokio::spawn(async move { reserve(&base, product, user).await })
+    };
+    let first = reserving(blocked, "first");
+    wait_until(
+        Duration::from_secs(20),
+        "the first cycle in its transaction",
+        || waiting(1.0),
+    )
+    .await;
+    let others = [reserving(a, "a"), reserving(b, "b")];
+    wait_until(
+        Duration::from_secs(20),
+        "both cycles waiting for the next",
+        || waiting(3.0),
+    )
+    .await;
+    row.rollback().await.unwrap();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    for other in others {
+        assert_eq!(other.await.unwrap().status, StatusCode::CREATED);
+    }
+    let transactions = |products: &'static str| {
+        let sql = format!(
+            "SELECT COUNT(DISTINCT xmin::TEXT) FROM orders WHERE product_id IN ({products})"
+        );
+        let env = &env;
+        async move { count(env, &sql).await }
+    };
+    let (a_b, all) = (format!("{a}, {b}"), format!("{blocked}, {a}, {b}"));
+    assert_eq!(
+        transactions(a_b.leak()).await,
+        1,
+        "a and b in one transaction"
+    );
+    assert_eq!(
+        transactions(all.leak()).await,
+        2,
+        "the first in one of its own"
+    );
+}
+
+/// A queue that cannot serve one more order within the lock timeout, at the pace its lock
+/// cycles keep, turns it away at once: 429 `too_busy` before anything is written, with a
+/// `Retry-After` computed from the queue, not the constant 1. The first cycle is held for at
+/// least 2 s, so the queue's cycle time is at least 2 s; the second is held with two orders
+/// (`batch_max` 2): one more needs two more cycles, at least 4 s, past the 3-s lock timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_that_cannot_serve_in_time_refuses_at_once_with_its_own_retry_after() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&["--lock-timeout-ms", "3000"]).await;
+    let product = create_product_with(&app.base_url, json!({ "stock": 10, "batch_max": 2 })).await;
+    let mut first_hold = app.holds.hold_next(product);
+    let started = std::time::Instant::now();
+    let first = order(&app.base_url, product, "first", 1);
+    first_hold.reached().await;
+    let mut second_hold = app.holds.hold_next(product);
+    let queued = [
+        order(&app.base_url, product, "b", 1),
+        order(&app.base_url, product, "c", 1),
+    ];
+    wait_until(Duration::from_secs(30), "both orders to queue", || async {
+        (app.combiner.queued(product) == 3).then_some(())
+    })
+    .await;
+    // Time, not a race: the longer the first cycle is held, the slower the queue's pace.
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(started.elapsed())).await;
+    first_hold.release();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    second_hold.reached().await;
+    let rows_before = count(&env, "SELECT COUNT(*) FROM orders").await;
+
+    let refused = place_order(&http(), &app.base_url, product, "late")
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::TOO_MANY_REQUESTS, "too_busy"),
+        "{refused:?}"
+    );
+    let retry_after: u64 = refused
+        .retry_after
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!(
+        (4..=60).contains(&retry_after),
+        "two cycles of at least 2 s: {retry_after}"
+    );
+    assert_eq!(
+        count(&env, "SELECT COUNT(*) FROM orders").await,
+        rows_before,
+        "the refusal wrote nothing"
+    );
+    second_hold.release();
+    for reply in replies(queued.into()).await {
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    }
+}

@@ -229,7 +229,9 @@ async fn a_request_id_follows_its_order_from_http_to_zookeeper_and_postgres() {
             .await;
         } else {
             // A cycle serves many requests: the order names it by its fence, and the cycle's
-            // ZooKeeper and Postgres lines carry that fence.
+            // ZooKeeper lines carry that fence; its transaction, shared with the cycles of
+            // other products, names the cycle by its fence, and its Postgres lines carry the
+            // transaction's number.
             wait_for_lines(&log, "the batched order's cycle", |lines| {
                 let served = lines.iter().any(|l| {
                     l["message"] == "served by a lock cycle"
@@ -242,9 +244,22 @@ async fn a_request_id_follows_its_order_from_http_to_zookeeper_and_postgres() {
                 let committed = lines.iter().any(|l| {
                     l["message"] == "stock written and committed" && in_span(l, "fence", &fence)
                 });
-                let sql = lines
-                    .iter()
-                    .any(|l| l["target"] == "sqlx::query" && in_span(l, "fence", &fence));
+                let transaction = lines.iter().find_map(|l| {
+                    (l["message"] == "lock cycle served in a shared transaction"
+                        && l["fence"] == fence)
+                        .then(|| {
+                            l["spans"]
+                                .as_array()?
+                                .iter()
+                                .find_map(|s| s.get("transaction").cloned())
+                        })
+                        .flatten()
+                });
+                let sql = transaction.is_some_and(|t| {
+                    lines
+                        .iter()
+                        .any(|l| l["target"] == "sqlx::query" && in_span(l, "transaction", &t))
+                });
                 served && granted && committed && sql
             })
             .await;

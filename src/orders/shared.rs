@@ -1,0 +1,224 @@
+//! Lock cycles of many products in one transaction. A flash sale opens dozens of products
+//! at once: each product's lock cycle on this instance (its own lock node, its own queue
+//! turn) hands its batch here once it holds the lock, and the batches of every product
+//! whose lock the instance holds at that moment are served together — one claim, one read,
+//! one write, one insert, one commit — each under its own fence (`inventory::many`). As
+//! for the orders of one product (`combiner`) and the payments' records (`recorder`), no
+//! batch waits for others: one alone is served alone, and what arrives while a transaction
+//! runs forms the next (`group`). Each cycle then releases its own lock after the commit.
+//!
+//! A product fenced out (a stale holder), or whose stock or terms moved under it, sells
+//! nothing and the others go on; a statement PostgreSQL refuses is retried a batch at a time
+//! (`group`), so one product cannot fail another's orders.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sqlx::PgPool;
+use tracing::Instrument;
+
+use super::batch::{self, Decided, Served, Stock};
+use super::model::Ticket;
+use super::shop::Rules;
+use super::store;
+use crate::error::Error;
+use crate::group::{GroupWriter, WriteGroup};
+use crate::inventory::{self, Catalog, FencedWrite, Terms};
+use crate::lock::Token;
+use crate::telemetry::metrics;
+
+/// Numbers shared transactions (per process), so their log lines can be found together.
+static TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// At most this many products' batches in one transaction.
+const GROUP_MAX: usize = 128;
+
+/// One product's lock cycle, its lock held under `token`, waiting for its transaction.
+#[derive(Clone)]
+pub(super) struct Part {
+    /// The product's id as text: a transaction serves one batch per product.
+    key: String,
+    terms: Arc<Terms>,
+    token: Token,
+    /// When the lock was entered (each order's time in the queue).
+    acquired: Instant,
+    tickets: Arc<[Ticket]>,
+}
+
+impl Part {
+    pub(super) fn new(
+        terms: Arc<Terms>,
+        token: Token,
+        acquired: Instant,
+        tickets: Arc<[Ticket]>,
+    ) -> Part {
+        Part {
+            key: terms.id.to_string(),
+            terms,
+            token,
+            acquired,
+            tickets,
+        }
+    }
+}
+
+/// The instance's shared lock-cycle transactions.
+#[derive(Clone)]
+pub struct SharedCycles {
+    writer: GroupWriter<Part, Result<Served, Error>>,
+}
+
+impl SharedCycles {
+    pub(super) fn new(db: PgPool, catalog: Catalog, rules: Rules) -> SharedCycles {
+        let write: WriteGroup<Part, Result<Served, Error>> = Arc::new(move |parts| {
+            let (db, catalog) = (db.clone(), catalog.clone());
+            // A transaction serves many cycles: its span stands alone, numbered, and names
+            // each cycle it serves by its fence (the cycle's own lines carry the same).
+            let number = TRANSACTIONS.fetch_add(1, Ordering::Relaxed) + 1;
+            let span = tracing::info_span!(parent: None, "shared_transaction", transaction = number, cycles = parts.len());
+            for part in &parts {
+                span.in_scope(|| {
+                    tracing::debug!(
+                        product = part.terms.id,
+                        fence = part.token.zxid,
+                        "lock cycle served in a shared transaction"
+                    )
+                });
+            }
+            Box::pin(async move { serve(&db, &catalog, &rules, &parts).await }.instrument(span))
+        });
+        SharedCycles {
+            writer: GroupWriter::new(write, |part| &part.key, GROUP_MAX),
+        }
+    }
+
+    /// Serves the part's batch in the next shared transaction (see `batch::serve`, whose
+    /// answer this is). Its lock stays the caller's, released after this returns.
+    pub(super) async fn serve(&self, part: Part) -> Result<Served, Error> {
+        struct Joined;
+        impl Drop for Joined {
+            fn drop(&mut self) {
+                metrics::shared_cycles(-1.0);
+            }
+        }
+        metrics::shared_cycles(1.0);
+        let _joined = Joined;
+        match self.writer.write(part).await {
+            Ok(served) => served,
+            Err(e) => Err(Error::Unavailable(
+                anyhow::Error::new(SharedError(e))
+                    .context("a shared lock cycle's transaction failed"),
+            )),
+        }
+    }
+}
+
+/// A shared transaction's failure, as each of its parts is told.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SharedError(Arc<sqlx::Error>);
+
+/// Serves every part in one transaction: an outcome per part, in order, or the statement
+/// PostgreSQL refused (then `group` serves each part alone).
+async fn serve(
+    db: &PgPool,
+    catalog: &Catalog,
+    rules: &Rules,
+    parts: &[Part],
+) -> Result<Vec<Result<Served, Error>>, sqlx::Error> {
+    metrics::shared_transaction(parts.len());
+    let lost = || Err(Error::LockLost { order_id: None });
+    // One instance's locks share its ensemble. A part of another (a session made again on
+    // a replaced ZooKeeper between two cycles) is not claimed under this one's epoch: it
+    // sells nothing, and its orders are told the lock was lost.
+    let ensemble = parts[0].token.ensemble;
+    let wanted: Vec<(i64, Token, Vec<String>)> = parts
+        .iter()
+        .filter(|p| p.token.ensemble == ensemble)
+        .map(|p| {
+            let buyers = p.tickets.iter().map(|t| t.user_id.clone()).collect();
+            (p.terms.id, p.token, buyers)
+        })
+        .collect();
+    let (mut tx, reads) = inventory::read_fenced(db, ensemble, &wanted).await?;
+    let all: Vec<&Ticket> = parts.iter().flat_map(|p| p.tickets.iter()).collect();
+    let superseded = batch::superseded(&mut tx, &all).await?;
+    let reads: HashMap<i64, &inventory::FencedRead> =
+        reads.iter().map(|r| (r.product_id, r)).collect();
+    // Each part still ours, decided as its own lock cycle would decide it.
+    let decided: Vec<Option<(Decided, &inventory::FencedRead)>> = parts
+        .iter()
+        .map(|part| {
+            let read = *reads.get(&part.terms.id)?;
+            let stock = Stock {
+                stock: read.stock,
+                stocked_total: read.stocked_total,
+                unpaid: read.unpaid,
+                held: &read.held,
+                terms: &read.terms,
+            };
+            let decided = batch::decide_batch(
+                catalog,
+                rules,
+                &part.terms,
+                stock,
+                &superseded,
+                &part.tickets,
+            );
+            Some((decided, read))
+        })
+        .collect();
+    let writes: Vec<FencedWrite> = decided
+        .iter()
+        .flatten()
+        .map(|(decided, read)| FencedWrite {
+            read,
+            next: decided.left,
+        })
+        .collect();
+    let Some((written, ids)) = inventory::write_fenced(tx, &writes).await? else {
+        return Ok(parts.iter().map(|_| lost()).collect());
+    };
+    let mut rows = Vec::new();
+    let mut units = Vec::new();
+    for (part, decided) in parts.iter().zip(&decided) {
+        if let Some((decided, _)) = decided.as_ref().filter(|_| ids.contains(&part.terms.id)) {
+            let (r, u) = decided.rows(Some(part.token.zxid), part.acquired);
+            rows.extend(r);
+            units.extend(u);
+        }
+    }
+    let mut tx = written;
+    let orders = store::insert(&mut tx.tx, &rows, &units).await?;
+    drop(rows);
+    let earliest = all
+        .iter()
+        .map(|t| t.placed)
+        .min()
+        .unwrap_or_else(Instant::now);
+    if let Err(e) = batch::commit(db, rules, tx, earliest).await {
+        return Ok(parts
+            .iter()
+            .map(|_| {
+                Err(match &e {
+                    Error::OutcomePending { .. } => Error::OutcomePending { order_id: None },
+                    other => Error::Unavailable(anyhow::anyhow!("{other:#}")),
+                })
+            })
+            .collect());
+    }
+    let mut orders = orders.into_iter();
+    Ok(parts
+        .iter()
+        .zip(&decided)
+        .map(|(part, decided)| match decided {
+            Some((decided, _)) if ids.contains(&part.terms.id) => {
+                let n = decided.verdicts.iter().filter(|v| v.writes_row()).count();
+                Ok(decided.answers(orders.by_ref().take(n).collect::<Vec<_>>()))
+            }
+            _ => lost(),
+        })
+        .collect())
+}

@@ -129,17 +129,18 @@ def user_sys_ticks(pids):
 
 
 def lock_cycles(urls):
-    """Lock cycles run and orders they served, summed over the instances (their /metrics:
-    the histogram of orders per lock cycle)."""
-    cycles = orders = 0.0
+    """Lock cycles run and orders they served, and the transactions shared by many products'
+    cycles and the cycles they served, summed over the instances (their /metrics: the
+    histograms of orders per lock cycle and of cycles per shared transaction)."""
+    sums = {"seckill_lock_cycle_orders_count": 0.0, "seckill_lock_cycle_orders_sum": 0.0,
+            "seckill_shared_cycle_products_count": 0.0, "seckill_shared_cycle_products_sum": 0.0}
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=30) as res:
             for line in res.read().decode().splitlines():
-                if line.startswith("seckill_lock_cycle_orders_count"):
-                    cycles += float(line.rsplit(" ", 1)[1])
-                elif line.startswith("seckill_lock_cycle_orders_sum"):
-                    orders += float(line.rsplit(" ", 1)[1])
-    return cycles, orders
+                name = line.split(" ", 1)[0].split("{", 1)[0]
+                if name in sums:
+                    sums[name] += float(line.rsplit(" ", 1)[1])
+    return tuple(sums.values())
 
 
 def accepted_buckets(urls):
@@ -269,7 +270,8 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
     # Part of ZooKeeper's CPU, if its JIT compiler was still at work (see `warm_up`).
     jit_ms = (jit_ticks(zookeeper) - jit_before) / TICK * 1000
     zk_writes = bench.zk_zxid(os.environ["SECKILL_ZK"]) - zk_before
-    cycles, served = (a - b for a, b in zip(lock_cycles(inst.urls), cycles_before))
+    cycles, served, shared, shared_cycles = (
+        a - b for a, b in zip(lock_cycles(inst.urls), cycles_before))
     audits = [inst.audit(p) for p in products]
     sold = sum(a["sold"] for a in audits)
     paid = counts["created"]
@@ -291,6 +293,7 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
         "p50_ms": counts["p50_ms"], "p99_ms": counts["p99_ms"],
         "zk_writes": zk_writes, "zk_writes_per_paid": zk_writes / max(paid, 1),
         "lock_cycles": cycles, "orders_per_cycle": served / max(cycles, 1),
+        "cycles_per_transaction": shared_cycles / shared if shared else None,
         "cpu_us": cpu, "cpu_us_per_paid": per_paid, "units_sold": sold, "exact": exact,
         "peak_rss_mib": inst.peak_rss(), "zk_jit_ms": jit_ms,
         "refused_per_s": counts["refused"] / counts["seconds"], "accepted_p99_ms": accepted_p99,
@@ -299,6 +302,8 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
               f"{result['p99_ms']:6.1f} ms, CPU µs/paid: " + ", ".join(
                   f"{k} {v:.1f}" for k, v in per_paid.items()) +
               f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}"
+              f", orders/cycle {result['orders_per_cycle']:.1f}, cycles/transaction "
+              f"{result['cycles_per_transaction'] or 0:.2f}"
               f", ZooKeeper's JIT {jit_ms:.0f} ms")
     return result
 

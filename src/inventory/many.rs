@@ -1,21 +1,28 @@
-//! Many products' read-check-write in one transaction, each under its own fence: the lock
-//! cycles of every product whose lock this instance holds at one moment share one claim,
-//! one read, one write and one commit (a flash sale opens dozens of products at once, and
-//! each cycle's statements and commit would otherwise be paid per product). The checks are
-//! those of `stock::read_stock` and `StockRead::write` under a token, a product at a time:
-//! a product fenced out, or whose stock or terms moved, is left out, the others go on.
+//! Many products' read-check-write in one transaction, each under its own token: the lock
+//! cycles of every product whose lock this instance holds at one moment share one read, one
+//! write and one commit (a flash sale opens dozens of products at once, and each cycle's
+//! statements and commits would otherwise be paid per product).
+//!
+//! The claim rides the write: one statement sets each product's stock *and* its token, only
+//! where the token is the newest the row has seen (`fence::claim`'s rule: a later zxid of the
+//! newest ensemble), the terms are those read, and the stock is still what was read (a
+//! compare-and-set). A stale holder's write, before or after ours, cannot land over it: an
+//! older token fails the first test once ours is in, and a write of its that landed between
+//! our read and our write fails our compare-and-set (the product sells nothing this cycle,
+//! its orders told the lock was lost). One product refused leaves the others written.
+//! (The one-product path, `stock::read_stock`, claims in a commit of its own before it reads:
+//! the teaching page's zombie is refused at its write, visibly, while it pauses.)
 
 use std::collections::HashMap;
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::fence::Claim;
 use super::terms::Current;
 use crate::commit::Tracked;
 use crate::lock::Token;
 
-/// One product's stock as a shared transaction read it, under its claim.
+/// One product's stock as a shared transaction read it.
 #[derive(Debug)]
 pub struct FencedRead {
     pub product_id: i64,
@@ -28,99 +35,58 @@ pub struct FencedRead {
     pub held: HashMap<String, i32>,
     /// The product's terms as the row says now.
     pub terms: Current,
-    claim: Claim,
 }
 
-/// What one product's write needs: its read, and the stock decided on.
+/// What one product's write needs: its read, the stock decided on, and the lock's token.
 pub struct FencedWrite<'a> {
     pub read: &'a FencedRead,
     pub next: i32,
+    pub token: Token,
 }
 
-/// Claims each product's row for its token (one statement, its own commit, as
-/// `fence::claim` does for one), then opens a transaction and reads every product still
-/// claimed for its token, with the units each of its `buyers` holds. `ensemble` is the
-/// tokens' ensemble (one instance's locks share it). Returns the transaction and the reads
-/// of the products still ours; a product missing from them is fenced out (nothing read).
+/// Opens a transaction and reads every product of `wanted`, with the units each of its
+/// buyers holds (one statement).
 pub async fn read_fenced(
     db: &PgPool,
-    ensemble: Uuid,
-    wanted: &[(i64, Token, Vec<String>)],
+    wanted: &[(i64, Vec<String>)],
 ) -> Result<(Transaction<'static, Postgres>, Vec<FencedRead>), sqlx::Error> {
-    let ids: Vec<i64> = wanted.iter().map(|(id, _, _)| *id).collect();
-    let zxids: Vec<i64> = wanted.iter().map(|(_, token, _)| token.zxid).collect();
-    let claimed = sqlx::query!(
-        r#"UPDATE products p SET fence_epoch = e.epoch, fence = t.zxid
-           FROM unnest($1::BIGINT[], $2::BIGINT[]) AS t(id, zxid), zk_ensembles e
-           WHERE p.id = t.id AND e.id = $3 AND (p.fence_epoch, p.fence) <= (e.epoch, t.zxid)
-             AND e.epoch = (SELECT max(epoch) FROM zk_ensembles)
-           RETURNING p.id, e.epoch"#,
-        &ids,
-        &zxids,
-        ensemble
-    )
-    .fetch_all(db)
-    .await?;
-    let epochs: HashMap<i64, i64> = claimed.into_iter().map(|c| (c.id, c.epoch)).collect();
-    let mut tx = db.begin().await?;
-    let (mut ours, mut our_epochs, mut our_zxids) = (Vec::new(), Vec::new(), Vec::new());
+    let ids: Vec<i64> = wanted.iter().map(|(id, _)| *id).collect();
     let (mut buyer_products, mut buyers) = (Vec::new(), Vec::new());
-    for (id, token, wanted_buyers) in wanted {
-        let Some(epoch) = epochs.get(id) else {
-            continue;
-        };
-        ours.push(*id);
-        our_epochs.push(*epoch);
-        our_zxids.push(token.zxid);
+    for (id, wanted_buyers) in wanted {
         for buyer in wanted_buyers {
             buyer_products.push(*id);
             buyers.push(buyer.as_str());
         }
     }
-    if ours.is_empty() {
-        return Ok((tx, Vec::new()));
-    }
-    let reads = read(
-        &mut tx,
-        &ours,
-        &our_epochs,
-        &our_zxids,
-        &buyer_products,
-        &buyers,
-    )
-    .await?;
+    let mut tx = db.begin().await?;
+    let reads = read(&mut tx, &ids, &buyer_products, &buyers).await?;
     Ok((tx, reads))
 }
 
-/// The read of `read_fenced`: one statement for every product, each only while its row is
-/// still claimed for its token.
+/// The read of `read_fenced`: one statement for every product.
 async fn read(
     tx: &mut PgConnection,
     ids: &[i64],
-    epochs: &[i64],
-    zxids: &[i64],
     buyer_products: &[i64],
     buyers: &[&str],
 ) -> Result<Vec<FencedRead>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT p.id, p.stock, p.stocked_total, p.fence_epoch AS "epoch!", p.fence AS "zxid!",
+        r#"SELECT p.id, p.stock, p.stocked_total,
                 (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
                 h.users, h.units,
                 p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
                 p.terms_version
-         FROM unnest($1::BIGINT[], $2::BIGINT[], $3::BIGINT[]) AS t(id, epoch, zxid)
-         JOIN products p ON p.id = t.id AND p.fence_epoch = t.epoch AND p.fence = t.zxid
+         FROM products p
          -- One index probe per (product, buyer), as in the one-product read.
          CROSS JOIN LATERAL (
             SELECT array_agg(h.user_id) AS users, array_agg(h.units) AS units
-            FROM unnest($4::BIGINT[], $5::TEXT[]) AS b(product_id, user_id)
+            FROM unnest($2::BIGINT[], $3::TEXT[]) AS b(product_id, user_id)
             JOIN purchases h ON h.product_id = b.product_id AND h.user_id = b.user_id
             WHERE b.product_id = p.id
-         ) h"#,
+         ) h
+         WHERE p.id = ANY($1)"#,
         ids,
-        epochs,
-        zxids,
         buyer_products,
         buyers as _
     )
@@ -146,43 +112,43 @@ async fn read(
                 reservation_ttl_s: row.reservation_ttl_s,
                 terms_version: row.terms_version,
             },
-            claim: Claim {
-                epoch: row.epoch,
-                zxid: row.zxid,
-            },
         })
         .collect())
 }
 
-/// Writes each product's decided stock, as a compare-and-set on what it read, while its row
-/// is still claimed for its token and its terms are those read (see `StockRead::write`);
-/// notifies every instance of each product written, on commit. Returns the transaction,
-/// tracked for its commit, and the products written; `None` if none was (nothing to
-/// commit: the transaction rolls back when dropped).
+/// Writes each product's decided stock and claims its row for the write's token, in one
+/// statement (see the module's comment): only where the token is the newest the row has
+/// seen under the newest ensemble (`ensemble` is every token's), its terms are those read
+/// and its stock is still what was read. Notifies every instance of each product written, on
+/// commit. Returns the transaction, tracked for its commit, and the products written; `None`
+/// if none was (nothing to commit: the transaction rolls back when dropped).
 pub async fn write_fenced(
     mut tx: Transaction<'static, Postgres>,
+    ensemble: Uuid,
     writes: &[FencedWrite<'_>],
 ) -> Result<Option<(Tracked, Vec<i64>)>, sqlx::Error> {
     let ids: Vec<i64> = writes.iter().map(|w| w.read.product_id).collect();
-    let epochs: Vec<i64> = writes.iter().map(|w| w.read.claim.epoch).collect();
-    let zxids: Vec<i64> = writes.iter().map(|w| w.read.claim.zxid).collect();
+    let zxids: Vec<i64> = writes.iter().map(|w| w.token.zxid).collect();
     let read: Vec<i32> = writes.iter().map(|w| w.read.stock).collect();
     let next: Vec<i32> = writes.iter().map(|w| w.next).collect();
     let versions: Vec<i32> = writes.iter().map(|w| w.read.terms.terms_version).collect();
     let written = sqlx::query!(
-        r#"UPDATE products p SET stock = t.next, updated_at = now()
-           FROM unnest($1::BIGINT[], $2::BIGINT[], $3::BIGINT[], $4::INT[], $5::INT[], $6::INT[])
-                AS t(id, epoch, zxid, read, next, terms_version)
-           WHERE p.id = t.id AND p.fence_epoch = t.epoch AND p.fence = t.zxid
+        r#"UPDATE products p
+           SET stock = t.next, fence_epoch = e.epoch, fence = t.zxid, updated_at = now()
+           FROM unnest($1::BIGINT[], $2::BIGINT[], $3::INT[], $4::INT[], $5::INT[])
+                AS t(id, zxid, read, next, terms_version), zk_ensembles e
+           WHERE p.id = t.id AND e.id = $6
+             AND (p.fence_epoch, p.fence) <= (e.epoch, t.zxid)
+             AND e.epoch = (SELECT max(epoch) FROM zk_ensembles)
              AND p.terms_version = t.terms_version AND p.stock = t.read
            RETURNING p.id, pg_notify('seckill_events', json_build_object('product', p.id)::text),
                      pg_current_xact_id()::TEXT::BIGINT AS "xid!", pg_backend_pid() AS "pid!""#,
         &ids,
-        &epochs,
         &zxids,
         &read,
         &next,
-        &versions
+        &versions,
+        ensemble
     )
     .fetch_all(&mut *tx)
     .await?;

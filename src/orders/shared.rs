@@ -1,8 +1,9 @@
 //! Lock cycles of many products in one transaction. A flash sale opens dozens of products
 //! at once: each product's lock cycle on this instance (its own lock node, its own queue
 //! turn) hands its batch here once it holds the lock, and the batches of every product
-//! whose lock the instance holds at that moment are served together — one claim, one read,
-//! one write, one insert, one commit — each under its own fence (`inventory::many`). As
+//! whose lock the instance holds at that moment are served together — one read, one write
+//! (which claims each row for its own token), one insert, one commit — each under its own
+//! fence (`inventory::many`). As
 //! for the orders of one product (`combiner`) and the payments' records (`recorder`), no
 //! batch waits for others: one alone is served alone, and what arrives while a transaction
 //! runs forms the next (`group`). Each cycle then releases its own lock after the commit.
@@ -134,15 +135,18 @@ async fn serve(
     // a replaced ZooKeeper between two cycles) is not claimed under this one's epoch: it
     // sells nothing, and its orders are told the lock was lost.
     let ensemble = parts[0].token.ensemble;
-    let wanted: Vec<(i64, Token, Vec<String>)> = parts
+    let ours: Vec<&Part> = parts
         .iter()
         .filter(|p| p.token.ensemble == ensemble)
+        .collect();
+    let wanted: Vec<(i64, Vec<String>)> = ours
+        .iter()
         .map(|p| {
             let buyers = p.tickets.iter().map(|t| t.user_id.clone()).collect();
-            (p.terms.id, p.token, buyers)
+            (p.terms.id, buyers)
         })
         .collect();
-    let (mut tx, reads) = inventory::read_fenced(db, ensemble, &wanted).await?;
+    let (mut tx, reads) = inventory::read_fenced(db, &wanted).await?;
     let all: Vec<&Ticket> = parts.iter().flat_map(|p| p.tickets.iter()).collect();
     let superseded = batch::superseded(&mut tx, &all).await?;
     let reads: HashMap<i64, &inventory::FencedRead> =
@@ -170,15 +174,19 @@ async fn serve(
             Some((decided, read))
         })
         .collect();
-    let writes: Vec<FencedWrite> = decided
+    let writes: Vec<FencedWrite> = parts
         .iter()
-        .flatten()
-        .map(|(decided, read)| FencedWrite {
-            read,
-            next: decided.left,
+        .zip(&decided)
+        .filter_map(|(part, decided)| {
+            let (decided, read) = decided.as_ref()?;
+            Some(FencedWrite {
+                read,
+                next: decided.left,
+                token: part.token,
+            })
         })
         .collect();
-    let Some((written, ids)) = inventory::write_fenced(tx, &writes).await? else {
+    let Some((written, ids)) = inventory::write_fenced(tx, ensemble, &writes).await? else {
         return Ok(parts.iter().map(|_| lost()).collect());
     };
     let mut rows = Vec::new();

@@ -356,13 +356,64 @@ async fn a_stranger_ensemble_cannot_fence_a_live_fleet_out() {
 /// with. Here that write reserved the last unit unpaid reservations may hold, so the next
 /// reservation is refused (with the write missing from the read, it would be granted: one
 /// over the cap). A claim and read merged into one statement, whose snapshot predates the
-/// wait, failed this until it read again.
+/// wait, failed this until it read again. (A pause between read and write keeps the cycle
+/// in a transaction of its own, claim first; the shared transaction's twin is below.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_that_waited_for_a_stale_write_decides_with_what_it_committed() {
     let env = TestEnv::new().await;
     // 10 units: unpaid reservations may hold 1.
+    let app = env
+        .spawn_app(&["--max-unpaid-share", "0.1", "--stock-think-ms", "1"])
+        .await;
+    let product = create_product(&app.base_url, 10, "zk").await;
+    let late = stale_write_then(&env, &app, product, "%UPDATE products p SET fence_epoch%").await;
+    assert_eq!(
+        (late.status, late.code()),
+        (StatusCode::CONFLICT, "too_many_unpaid"),
+        "{late:?}"
+    );
+    assert_eq!(
+        env.stock(product).await,
+        9,
+        "only the stale write's unit is gone"
+    );
+}
+
+/// The same stale write in flight when a cycle in a shared transaction writes (it claims in
+/// its write): the write waits for it, then finds the stock is no longer what it read, and
+/// sells nothing — its buyer is told the lock was lost and may retry, and no decision made on
+/// the stale read lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_write_that_waited_for_a_stale_write_sells_nothing_on_its_stale_read() {
+    let env = TestEnv::new().await;
     let app = env.spawn_app(&["--max-unpaid-share", "0.1"]).await;
     let product = create_product(&app.base_url, 10, "zk").await;
+    let late = stale_write_then(&env, &app, product, "%SET stock = t.next, fence_epoch%").await;
+    assert_eq!(
+        (late.status, late.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
+        "{late:?}"
+    );
+    assert_eq!(
+        env.stock(product).await,
+        9,
+        "only the stale write's unit is gone"
+    );
+    let unpaid: i64 = count(
+        &env,
+        "SELECT COUNT(*) FROM orders WHERE status = 'reserved'",
+    )
+    .await;
+    assert_eq!(
+        unpaid, 1,
+        "the stale write's reservation alone: the cap holds"
+    );
+}
+
+/// A stale holder's write (a reservation of the product's last unpaid room) left open with
+/// its row locked; a reservation placed meanwhile, whose lock cycle waits on that row lock in
+/// the statement matching `waiting`; then the stale write commits. The reservation's answer.
+async fn stale_write_then(env: &TestEnv, app: &TestApp, product: i64, waiting: &str) -> Reply {
     let mut stale = env.db.begin().await.unwrap();
     sqlx::query("UPDATE products SET stock = stock - 1, updated_at = now() WHERE id = $1")
         .bind(product)
@@ -383,23 +434,44 @@ async fn a_claim_that_waited_for_a_stale_write_decides_with_what_it_committed() 
         let base = app.base_url.clone();
         tokio::spawn(async move { reserve(&base, product, "late-buyer").await })
     };
-    env.wait_for_lock_wait(
-        "%UPDATE products p SET fence_epoch%",
-        "the claim to wait for the stale write's row lock",
-    )
-    .await;
+    env.wait_for_lock_wait(waiting, "the cycle to wait for the stale write's row lock")
+        .await;
     stale.commit().await.unwrap();
+    late.await.unwrap()
+}
 
-    let reply = late.await.unwrap();
-    assert_eq!(
-        (reply.status, reply.code()),
-        (StatusCode::CONFLICT, "too_many_unpaid"),
-        "{reply:?}"
-    );
-    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
-        .bind(product)
-        .fetch_one(&env.db)
+/// A lock cycle served in a shared transaction claims its row in the write itself: a row a
+/// newer token has claimed (a holder granted the lock after ours lost its session) refuses
+/// the write, the cycle sells nothing and its buyer is told the lock was lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_cycle_cannot_write_a_row_a_newer_token_claimed() {
+    let env = TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = create_product(&app.base_url, 5, "zk").await;
+    let first = place_order(&http(), &app.base_url, product, "first")
         .await
         .unwrap();
-    assert_eq!(stock, 9, "only the stale write's unit is gone");
+    assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+    // A newer holder of the same ensemble has claimed the row (the zxids of our next lock
+    // nodes stay far below this one).
+    sqlx::query("UPDATE products SET fence = fence + 1000000000000 WHERE id = $1")
+        .bind(product)
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let refused = place_order(&http(), &app.base_url, product, "second")
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.status, refused.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
+        "{refused:?}"
+    );
+    assert_eq!(env.stock(product).await, 4, "only the first order's unit");
+    let sold: i64 = count(
+        &env,
+        "SELECT COUNT(*) FROM orders WHERE status IN ('reserved', 'paying', 'paid')",
+    )
+    .await;
+    assert_eq!(sold, 1);
 }

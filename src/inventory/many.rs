@@ -13,11 +13,10 @@
 //! (The one-product path, `stock::read_stock`, claims in a commit of its own before it reads:
 //! the teaching page's zombie is refused at its write, visibly, while it pauses.)
 
-use std::collections::HashMap;
-
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
+use super::stock::Figures;
 use super::terms::Current;
 use crate::commit::Tracked;
 use crate::lock::Token;
@@ -26,15 +25,7 @@ use crate::lock::Token;
 #[derive(Debug)]
 pub struct FencedRead {
     pub product_id: i64,
-    pub stock: i32,
-    /// Every unit ever put on sale.
-    pub stocked_total: i32,
-    /// Units in reservations waiting for their payment (`reserved`).
-    pub unpaid: i32,
-    /// Units held per buyer asked about (buyers holding none are absent).
-    pub held: HashMap<String, i32>,
-    /// The product's terms as the row says now.
-    pub terms: Current,
+    pub figures: Figures,
 }
 
 /// What one product's write needs: its read, the stock decided on, and the lock's token.
@@ -96,21 +87,23 @@ async fn read(
         .into_iter()
         .map(|row| FencedRead {
             product_id: row.id,
-            stock: row.stock,
-            stocked_total: row.stocked_total,
-            unpaid: row.unpaid,
-            held: row
-                .users
-                .unwrap_or_default()
-                .into_iter()
-                .zip(row.units.unwrap_or_default())
-                .collect(),
-            terms: Current {
-                price_cents: row.price_cents,
-                max_per_order: row.max_per_order,
-                per_user_limit: row.per_user_limit,
-                reservation_ttl_s: row.reservation_ttl_s,
-                terms_version: row.terms_version,
+            figures: Figures {
+                stock: row.stock,
+                stocked_total: row.stocked_total,
+                unpaid: row.unpaid,
+                held: row
+                    .users
+                    .unwrap_or_default()
+                    .into_iter()
+                    .zip(row.units.unwrap_or_default())
+                    .collect(),
+                terms: Current {
+                    price_cents: row.price_cents,
+                    max_per_order: row.max_per_order,
+                    per_user_limit: row.per_user_limit,
+                    reservation_ttl_s: row.reservation_ttl_s,
+                    terms_version: row.terms_version,
+                },
             },
         })
         .collect())
@@ -129,9 +122,12 @@ pub async fn write_fenced(
 ) -> Result<Option<(Tracked, Vec<i64>)>, sqlx::Error> {
     let ids: Vec<i64> = writes.iter().map(|w| w.read.product_id).collect();
     let zxids: Vec<i64> = writes.iter().map(|w| w.token.zxid).collect();
-    let read: Vec<i32> = writes.iter().map(|w| w.read.stock).collect();
+    let read: Vec<i32> = writes.iter().map(|w| w.read.figures.stock).collect();
     let next: Vec<i32> = writes.iter().map(|w| w.next).collect();
-    let versions: Vec<i32> = writes.iter().map(|w| w.read.terms.terms_version).collect();
+    let versions: Vec<i32> = writes
+        .iter()
+        .map(|w| w.read.figures.terms.terms_version)
+        .collect();
     let written = sqlx::query!(
         r#"UPDATE products p
            SET stock = t.next, fence_epoch = e.epoch, fence = t.zxid, updated_at = now()

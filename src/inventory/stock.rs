@@ -108,11 +108,9 @@ pub enum Outcome {
     Fenced,
 }
 
-/// The stock, read under its guard in an open transaction, with the units the order's
-/// buyers already hold (the per-customer limit is decided with the stock), ready to be
-/// written once.
-pub struct StockRead {
-    pub tx: Transaction<'static, Postgres>,
+/// What a read-check-write decides with, as read under the guard.
+#[derive(Debug)]
+pub struct Figures {
     pub stock: i32,
     /// Every unit ever put on sale.
     pub stocked_total: i32,
@@ -120,8 +118,16 @@ pub struct StockRead {
     pub unpaid: i32,
     /// Units held per buyer asked about (buyers holding none are absent).
     pub held: HashMap<String, i32>,
-    /// The product's terms as the row says now: what this read-check-write decides with.
+    /// The product's terms as the row says now.
     pub terms: Current,
+}
+
+/// The stock, read under its guard in an open transaction, with the units the order's
+/// buyers already hold (the per-customer limit is decided with the stock), ready to be
+/// written once.
+pub struct StockRead {
+    pub tx: Transaction<'static, Postgres>,
+    pub figures: Figures,
     product_id: i64,
     /// The write is fenced by this claim, if we hold a lock.
     claim: Option<Claim>,
@@ -211,11 +217,13 @@ pub async fn read_stock(
         .collect();
     Ok(Read::Ready(StockRead {
         tx,
-        stock,
-        stocked_total,
-        unpaid,
-        held,
-        terms,
+        figures: Figures {
+            stock,
+            stocked_total,
+            unpaid,
+            held,
+            terms,
+        },
         product_id,
         claim,
     }))
@@ -249,8 +257,8 @@ impl StockRead {
             self.claim.map(|c| c.epoch),
             self.claim.map(|c| c.zxid),
             next,
-            self.terms.terms_version,
-            self.stock
+            self.figures.terms.terms_version,
+            self.figures.stock
         )
         .fetch_optional(&mut *self.tx)
         .await?;
@@ -284,8 +292,8 @@ pub async fn change_stock(
         if let Some(pause) = pause.take() {
             pause.await;
         }
-        let Some(next) = next_stock(read.stock, change) else {
-            let stock = read.stock;
+        let Some(next) = next_stock(read.figures.stock, change) else {
+            let stock = read.figures.stock;
             return Ok(Outcome::Insufficient { tx: read.tx, stock });
         };
         if let Some(written) = read.write(next).await? {

@@ -17,7 +17,7 @@ use super::shop::{Rules, Shop};
 use super::store::{self, Row, Units};
 use crate::commit::{CommitError, Tracked};
 use crate::error::Error;
-use crate::inventory::{self, Catalog, Current, Protection, Read, Terms};
+use crate::inventory::{self, Catalog, Figures, Protection, Read, Terms};
 use crate::teaching::Pause;
 
 /// What the check of read-check-write decided for one order.
@@ -102,16 +102,6 @@ pub struct Served {
     pub stock: i32,
 }
 
-/// What the stock, as read under the guard, says of a product's batch.
-pub(super) struct Stock<'a> {
-    pub stock: i32,
-    pub stocked_total: i32,
-    pub unpaid: i32,
-    pub held: &'a HashMap<String, i32>,
-    /// The terms as the row says now.
-    pub terms: &'a Current,
-}
-
 /// One product's batch, decided: the terms it was decided under (the row's, not the cached
 /// ones: a change of terms since the orders' checks is decided on here — their price, their
 /// cap, the buyer's limit, the reservation time), its orders at those terms' prices, each
@@ -128,11 +118,11 @@ pub(super) fn decide_batch<'a>(
     catalog: &Catalog,
     rules: &Rules,
     cached: &Arc<Terms>,
-    stock: Stock<'_>,
+    stock: &Figures,
     superseded: &HashSet<Uuid>,
     tickets: &'a [Ticket],
 ) -> Decided<'a> {
-    let terms = catalog.current(cached, stock.terms);
+    let terms = catalog.current(cached, &stock.terms);
     let tickets: Cow<[Ticket]> = if tickets.iter().any(|t| t.amount_cents != price(t, &terms)) {
         Cow::Owned(
             tickets
@@ -153,7 +143,7 @@ pub(super) fn decide_batch<'a>(
         terms.max_per_order,
         terms.per_user_limit,
         unpaid_room,
-        stock.held,
+        &stock.held,
         superseded,
         &tickets,
     );
@@ -255,18 +245,11 @@ pub async fn serve(
     pause.await;
     let all: Vec<&Ticket> = tickets.iter().collect();
     let superseded = superseded(&mut read.tx, &all).await?;
-    let stock = Stock {
-        stock: read.stock,
-        stocked_total: read.stocked_total,
-        unpaid: read.unpaid,
-        held: &read.held,
-        terms: &read.terms,
-    };
     let decided = decide_batch(
         &shop.catalog,
         &shop.rules,
         terms,
-        stock,
+        &read.figures,
         &superseded,
         tickets,
     );

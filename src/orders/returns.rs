@@ -47,6 +47,7 @@ pub(super) async fn return_due(shop: &Shop, product: i64) -> anyhow::Result<usiz
     }
     let units: i32 = lapsed.iter().map(|(_, quantity)| quantity).sum();
     let next = read
+        .figures
         .stock
         .checked_add(units)
         .ok_or_else(|| anyhow!("stock would overflow"))?;

@@ -20,7 +20,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tracing::Instrument;
 
-use super::batch::{self, Decided, Served, Stock};
+use super::batch::{self, Decided, Served};
 use super::model::Ticket;
 use super::shop::Rules;
 use super::store;
@@ -156,18 +156,11 @@ async fn serve(
         .iter()
         .map(|part| {
             let read = *reads.get(&part.terms.id)?;
-            let stock = Stock {
-                stock: read.stock,
-                stocked_total: read.stocked_total,
-                unpaid: read.unpaid,
-                held: &read.held,
-                terms: &read.terms,
-            };
             let decided = batch::decide_batch(
                 catalog,
                 rules,
                 &part.terms,
-                stock,
+                &read.figures,
                 &superseded,
                 &part.tickets,
             );

@@ -45,10 +45,11 @@ pub fn parse_key(raw: &[u8]) -> Result<String, Error> {
 }
 
 /// Places the order, once per key: admitted once, placed at most once, answered once.
+/// (An order without a key is the HTTP layer's to admit and place: nothing to remember.)
 pub async fn place(
     shop: &Shop,
     db: &PgPool,
-    key: Option<String>,
+    key: String,
     request: OrderRequest,
     client_gone: oneshot::Receiver<()>,
     encode: Encode,
@@ -57,13 +58,6 @@ pub async fn place(
     let first = |answer: Answer| {
         shop.answered(product_id, &answer);
         encode(&answer)
-    };
-    let Some(key) = key else {
-        let answer = match shop.admit(&request, false).await {
-            Ok(admitted) => shop.place(admitted, None, client_gone).await,
-            Err(e) => Err(e),
-        };
-        return first(answer);
     };
     let window = shop.attempt_window();
     let admitted = match shop.admit(&request, true).await {

@@ -37,9 +37,11 @@ pub fn router(config: &Config) -> Router<AppState> {
 
 /// Buys: reserves the units under the product's guard and, unless `"pay": false`, pays.
 ///
-/// The order runs in its own task so that a client hanging up, or the request timeout,
-/// cannot cut it off between two writes; the task is only told (through `client_gone`) so it
-/// can leave the lock queue, and it records the idempotent response itself.
+/// An admitted order runs in its own task so that a client hanging up, or the request
+/// timeout, cannot cut it off between two writes; the task is only told (through
+/// `client_gone`) so it can leave the lock queue, and it records the idempotent response
+/// itself. (An order without a key that the checks refuse wrote nothing: it is answered
+/// here.)
 #[utoipa::path(post, path = "/orders", operation_id = "placeOrder", tag = "orders",
     request_body = NewOrder,
     params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,128}$",
@@ -52,7 +54,7 @@ pub fn router(config: &Config) -> Router<AppState> {
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
         (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
         (status = 422, description = "`idempotency_mismatch`, `unprocessable` (`quantity` over the product's `max_per_order`)", body = ErrorBody<'static>),
-        (status = 429, description = "`too_busy` (this instance's queue for the product is full), `rate_limited`", body = ErrorBody<'static>),
+        (status = 429, description = "`too_busy` (this instance's queue for the product is full, or could not serve the order within the lock timeout at its recent pace: `Retry-After` is that wait), `rate_limited`", body = ErrorBody<'static>),
         (status = 503, description = "`lock_timeout`, `lock_lost`, `payment_busy` (no payment lease before the deadline: not charged, still `reserved`), `outcome_pending` (the payment provider's answer, or a commit's, did not come back: settled in the background; the key replays the final outcome), `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
     ))]
 async fn create(
@@ -63,13 +65,37 @@ async fn create(
     // Parsed once, here: a request that can never be valid is not worth remembering.
     let request = new.parse()?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
-    let task = state.tasks.clone().spawn(
-        async move {
-            let (shop, db) = (&state.shop, &state.db);
-            idempotency::place(shop, db, key, request, client_gone, encode).await
+    let product_id = request.product_id();
+    let task = match key {
+        None => {
+            // Refused by the checks that write nothing: answered in the request's own task.
+            // The crowd after a sell-out, or beyond what a queue can serve in time, is most
+            // of a flash sale's traffic, and costs no task of its own.
+            let admitted = match state.shop.admit(&request, false).await {
+                Ok(admitted) => admitted,
+                Err(refused) => {
+                    let answer = Err(refused);
+                    state.shop.answered(product_id, &answer);
+                    return Ok(respond(encode(&answer)));
+                }
+            };
+            state.tasks.clone().spawn(
+                async move {
+                    let answer = state.shop.place(admitted, None, client_gone).await;
+                    state.shop.answered(product_id, &answer);
+                    encode(&answer)
+                }
+                .instrument(tracing::Span::current()),
+            )
         }
-        .instrument(tracing::Span::current()),
-    );
+        Some(key) => state.tasks.clone().spawn(
+            async move {
+                let (shop, db) = (&state.shop, &state.db);
+                idempotency::place(shop, db, key, request, client_gone, encode).await
+            }
+            .instrument(tracing::Span::current()),
+        ),
+    };
     let kept = task
         .await
         .map_err(|e| ApiError::Domain(Error::Internal(e.into())))?;

@@ -1,24 +1,24 @@
-//! One lock cycle's work: the orders it serves are decided in arrival order against the stock
-//! and the buyers' holdings read once, and written in one transaction — one claim, one read,
-//! one stock write, one statement for every order row, the buyers' units and their keys, one
-//! commit. A lone order is a batch of one; so is every order of a per-request product.
+//! One lock cycle's decisions: the orders it serves are decided in arrival order against the
+//! stock and the buyers' holdings read once; what they write (the order rows, the buyers'
+//! units, their keys' links: one statement, `store::insert`), their answers, and the commit
+//! that must succeed before any is told it sold. The transaction is one shared with other
+//! products' cycles (`shared`), or one of its own (`cycle::serve_alone`). A lone order is a
+//! batch of one; so is every order of a per-request product.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
-
-use std::borrow::Cow;
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::model::{Order, OrderStatus, Ticket};
-use super::shop::{Rules, Shop};
+use super::rules::Rules;
 use super::store::{self, Row, Units};
 use crate::commit::{CommitError, Tracked};
 use crate::error::Error;
-use crate::inventory::{self, Catalog, Figures, Protection, Read, Terms};
-use crate::teaching::Pause;
+use crate::inventory::{Catalog, Figures, Terms};
 
 /// What the check of read-check-write decided for one order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,53 +224,6 @@ impl Decided<'_> {
             stock: self.left,
         }
     }
-}
-
-/// Serves `tickets` under `protection` (the lock, if any, is held by the caller and released
-/// after this returns: after the commit). `acquired` is when the guard was entered, for each
-/// order's time in the queue. An error means nothing was written: not one order sold.
-pub async fn serve(
-    shop: &Shop,
-    terms: &Arc<Terms>,
-    protection: Protection,
-    acquired: Instant,
-    tickets: &[Ticket],
-    pause: Pause,
-) -> Result<Served, Error> {
-    let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
-    let mut read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
-        Read::Ready(read) => read,
-        Read::Fenced => return Err(Error::LockLost { order_id: None }),
-    };
-    pause.await;
-    let all: Vec<&Ticket> = tickets.iter().collect();
-    let superseded = superseded(&mut read.tx, &all).await?;
-    let decided = decide_batch(
-        &shop.catalog,
-        &shop.rules,
-        terms,
-        &read.figures,
-        &superseded,
-        tickets,
-    );
-    let Some(mut written) = read.write(decided.left).await? else {
-        return Err(Error::LockLost { order_id: None });
-    };
-    let fence = match protection {
-        Protection::Fenced(token) => Some(token.zxid),
-        _ => None,
-    };
-    let (rows, units) = decided.rows(fence, acquired);
-    let orders = match store::insert(&mut written.tx, &rows, &units).await {
-        Ok(orders) => orders,
-        // The holdings changed since our read: only possible with no guard (`none`), where
-        // another order of the buyer raced ours. The CHECK refused it: nothing sold.
-        Err(e) if over_limit(&e) => return Err(Error::PurchaseLimit { order_id: None }),
-        Err(e) => return Err(e.into()),
-    };
-    let earliest = tickets.iter().map(|t| t.placed).min().unwrap_or(acquired);
-    commit(&shop.db, &shop.rules, written, earliest).await?;
-    Ok(decided.answers(orders))
 }
 
 /// Whether PostgreSQL refused a write for a buyer over the product's limit.

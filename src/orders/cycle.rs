@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::anyhow;
 use tracing::Instrument;
 
-use super::batch;
+use super::batch::{self, Served};
 use super::combiner::Queue;
 use super::model::{OrderStatus, Ticket, Waiting};
 use super::pay;
@@ -18,7 +18,7 @@ use super::shared;
 use super::shop::Shop;
 use super::store;
 use crate::error::Error;
-use crate::inventory::{self, Protection, Terms};
+use crate::inventory::{self, Protection, Read, Terms};
 use crate::lock::{LockError, Session, StockLock};
 use crate::teaching::{Act, Pause};
 use crate::telemetry::metrics;
@@ -208,7 +208,7 @@ pub(super) async fn run(
                 Some(act) => act.pause(&mut lock, shop.rules.stock_think),
                 None => Box::pin(inventory::think(shop.rules.stock_think)),
             };
-            batch::serve(shop, terms, protection, acquired, &tickets, pause).await
+            serve_alone(shop, terms, protection, acquired, &tickets, pause).await
         }
     };
     let lost = matches!(served, Err(Error::LockLost { .. }));
@@ -275,6 +275,54 @@ pub(super) async fn run(
     if let (Some(act), Some(lock)) = (act, kept) {
         act.keep(lock, &shop.tasks);
     }
+}
+
+/// Serves `tickets` under `protection` in a transaction of its own, claim first (a cycle
+/// that acts something out, or any other than a combined product's under a lock); the lock,
+/// if any, is held by the caller and released after this returns: after the commit. `acquired` is when the guard was entered, for each
+/// order's time in the queue. An error means nothing was written: not one order sold.
+async fn serve_alone(
+    shop: &Shop,
+    terms: &Arc<Terms>,
+    protection: Protection,
+    acquired: Instant,
+    tickets: &[Ticket],
+    pause: Pause,
+) -> Result<Served, Error> {
+    let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
+    let mut read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
+        Read::Ready(read) => read,
+        Read::Fenced => return Err(Error::LockLost { order_id: None }),
+    };
+    pause.await;
+    let all: Vec<&Ticket> = tickets.iter().collect();
+    let superseded = batch::superseded(&mut read.tx, &all).await?;
+    let decided = batch::decide_batch(
+        &shop.catalog,
+        &shop.rules,
+        terms,
+        &read.figures,
+        &superseded,
+        tickets,
+    );
+    let Some(mut written) = read.write(decided.left).await? else {
+        return Err(Error::LockLost { order_id: None });
+    };
+    let fence = match protection {
+        Protection::Fenced(token) => Some(token.zxid),
+        _ => None,
+    };
+    let (rows, units) = decided.rows(fence, acquired);
+    let orders = match store::insert(&mut written.tx, &rows, &units).await {
+        Ok(orders) => orders,
+        // The holdings changed since our read: only possible with no guard (`none`), where
+        // another order of the buyer raced ours. The CHECK refused it: nothing sold.
+        Err(e) if batch::over_limit(&e) => return Err(Error::PurchaseLimit { order_id: None }),
+        Err(e) => return Err(e.into()),
+    };
+    let earliest = tickets.iter().map(|t| t.placed).min().unwrap_or(acquired);
+    batch::commit(&shop.db, &shop.rules, written, earliest).await?;
+    Ok(decided.answers(orders))
 }
 
 /// An order task whose lock cycle ended without answering it (a panic): a bug.

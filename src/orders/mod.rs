@@ -14,17 +14,19 @@
 //! An order has no row until its fate is decided: the lock cycle that serves it writes its
 //! row in its final status in the same transaction as the stock (`created` is no longer
 //! written). A hot product's orders are **combined**: they queue per instance ([`combiner`])
-//! and one lock cycle serves up to `batch_max` of them ([`batch`]) — the ZooKeeper lock and
-//! the fence claim are paid once per batch, not once per order. A product with `batch_max`
-//! 1, or guard `none`, serves each order in a lock cycle of its own.
+//! and one lock cycle serves up to `batch_max` of them ([`batch`]) — the ZooKeeper lock is
+//! paid once per batch, not once per order — and the cycles of every product whose lock the
+//! instance holds at one moment share one transaction (`shared`). A product with
+//! `batch_max` 1, or guard `none`, serves each order in a lock cycle of its own.
 //!
 //! One order's way, top to bottom: [`request`] (parsed at the edge) → [`place`]
-//! (`Shop::admit`, `Shop::place`) → [`combiner`] (or a cycle of its own) → [`cycle`] → [`batch`] (with
-//! `inventory`'s fenced read-check-write) → [`store`] → [`pay`].
+//! (`Shop::admit`, `Shop::place`) → [`combiner`] (or a cycle of its own) → [`cycle`] →
+//! `shared` (or a transaction of the cycle's own) → [`batch`] (with `inventory`'s fenced
+//! read-check-write) → [`store`] → [`pay`].
 //!
 //! - [`model`]: the order's statuses and row.
 //! - [`request`]: a buyer's request, parsed once.
-//! - [`shop`]: the handles the order path uses.
+//! - [`shop`]: the handles the order path uses; `rules`, what the configuration tells it.
 //! - [`place`]: admission, and the way to a lock cycle.
 //! - [`combiner`]: the per-product queue whose worker runs the lock cycles.
 //! - [`cycle`]: one lock cycle, from the entered guard to every order's answer.
@@ -49,6 +51,7 @@ mod place;
 mod recorder;
 pub mod request;
 mod returns;
+mod rules;
 mod shared;
 pub mod shop;
 pub mod store;
@@ -58,4 +61,5 @@ pub use model::{Answer, Order, OrderStatus, Payment, Ticket};
 pub use pay::{intent_key, ANSWER_MARGIN};
 pub use place::Admitted;
 pub use request::{NewOrder, OrderRequest};
-pub use shop::{Rules, Shop};
+pub use rules::Rules;
+pub use shop::Shop;

@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use super::batch::{self, Decided, Served};
 use super::model::Ticket;
-use super::shop::Rules;
+use super::rules::Rules;
 use super::store;
 use crate::error::Error;
 use crate::group::{GroupWriter, WriteGroup};
@@ -95,7 +95,7 @@ impl SharedCycles {
         }
     }
 
-    /// Serves the part's batch in the next shared transaction (see `batch::serve`, whose
+    /// Serves the part's batch in the next shared transaction (see `cycle::serve_alone`, whose
     /// answer this is). Its lock stays the caller's, released after this returns.
     pub(super) async fn serve(&self, part: Part) -> Result<Served, Error> {
         struct Joined;

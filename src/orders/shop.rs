@@ -14,8 +14,8 @@ use super::combiner::Combiner;
 use super::intents;
 use super::model::{Answer, Order, Payment};
 use super::recorder::Recorder;
+use super::rules::Rules;
 use super::shared::SharedCycles;
-use crate::config::Config;
 use crate::error::Error;
 use crate::events::Events;
 use crate::flags::Flags;
@@ -24,39 +24,6 @@ use crate::lock::Zk;
 use crate::payment::Provider;
 use crate::teaching::{Act, Teaching};
 use crate::telemetry::metrics;
-
-/// What the order path is told by the configuration, read once at start-up.
-#[derive(Clone, Copy, Debug)]
-pub struct Rules {
-    /// How long an order waits for its product's lock (`--lock-timeout-ms`).
-    pub lock_timeout: Duration,
-    /// How long a request may take (`--request-timeout-ms`): a payment's deadline.
-    pub request_timeout: Duration,
-    /// The pause between reading and writing the stock (`--stock-think-ms`).
-    pub stock_think: Duration,
-    /// Orders of one product one instance lets wait (`--max-waiters-per-product`).
-    pub max_waiters_per_product: usize,
-    /// Share of a product's stock unpaid reservations may hold (`--max-unpaid-share`).
-    pub max_unpaid_share: f64,
-    /// Charges in flight at the provider across instances (`--payment-concurrency`; 0: any).
-    pub payment_concurrency: usize,
-    /// Whether `none` products sell unguarded here (`--allow-unsafe-guards`).
-    pub allow_unsafe_guards: bool,
-}
-
-impl Rules {
-    pub fn of(config: &Config) -> Rules {
-        Rules {
-            lock_timeout: config.lock_timeout(),
-            request_timeout: config.request_timeout(),
-            stock_think: config.stock_think(),
-            max_waiters_per_product: config.max_waiters_per_product,
-            max_unpaid_share: config.max_unpaid_share,
-            payment_concurrency: config.payment_concurrency,
-            allow_unsafe_guards: config.allow_unsafe_guards,
-        }
-    }
-}
 
 /// The handles the order path uses. Cheap to clone: every field is a handle.
 #[derive(Clone)]

@@ -324,6 +324,10 @@ def open_row(inst, parts, rate, seconds, run_id):
     audit = inst.audit(products[0])
     paid = step["paid"]
     cpu = spent_us(before, after)
+    # wrk's warm-up stopped with requests in flight (as in `row`): those may have sold a unit
+    # after it was read, at most one per connection; k6's own are all answered.
+    sold = audit["sold"] - warm_sold
+    unread = 100 * len(inst.urls)
     result = {
         "label": f"zk batched, open model {OPEN_TIMES}×", "guard": "zk", "batch_max": 256,
         "hot": 1, "connections": 0, "offered_per_s": rate, "seconds": seconds, "paid": paid,
@@ -334,9 +338,8 @@ def open_row(inst, parts, rate, seconds, run_id):
         "accepted_p99_ms": step["paid_p99_ms"],
         "zk_writes": zk_writes, "zk_writes_per_paid": zk_writes / max(paid, 1),
         "cpu_us": cpu, "cpu_us_per_paid": {k: v / max(paid, 1) for k, v in cpu.items()},
-        "units_sold": audit["sold"] - warm_sold,
-        "exact": audit["oversold"] == 0 and audit["consistent"]
-        and audit["sold"] - warm_sold == paid,
+        "units_sold": sold,
+        "exact": audit["oversold"] == 0 and audit["consistent"] and paid <= sold <= paid + unread,
         "peak_rss_mib": inst.peak_rss(),
     }
     bench.log(f"{result['label']:30} hot   1: offered {rate}/s → {result['paid_per_s']:7.0f} "

@@ -70,7 +70,7 @@ pub enum Error {
     /// This instance's queue for the product could not serve one more order within its
     /// lock timeout (or is full): refused before it queues. `retry_after` is the time the
     /// queue, as it stands, needs to be served (its length over the rate it is served at).
-    #[error("this product's queue here cannot serve another order in time; retry in {}s", retry_after.as_secs().max(1))]
+    #[error("this product's queue here cannot serve another order in time; retry in {}s", (retry_after.as_secs_f64().ceil() as u64).max(1))]
     QueueFull { retry_after: std::time::Duration },
     /// The product's lock was not granted within the lock timeout. Nothing changed.
     #[error("the product's lock was not granted in time; nothing changed, try again")]

@@ -88,12 +88,17 @@ where
     /// Writes what is pending, statement after statement, until nothing is.
     async fn run(self) {
         // A writer that panics is marked gone, so the next item starts another rather than
-        // queueing for none (its own items' replies are dropped: their write failed).
+        // queueing for none; its own items' replies are dropped (their write failed), and so
+        // are those that queued meanwhile: their callers hear the writer stopped at once,
+        // rather than wait for a writer that no later item may come to start (a lock cycle
+        // waits here holding its lock).
         struct Panicked<'a, I, O>(&'a Inner<I, O>);
         impl<I, O> Drop for Panicked<'_, I, O> {
             fn drop(&mut self) {
                 if std::thread::panicking() {
-                    relock(&self.0.state).writing = false;
+                    let mut state = relock(&self.0.state);
+                    state.writing = false;
+                    state.pending.clear();
                 }
             }
         }

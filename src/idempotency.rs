@@ -62,14 +62,13 @@ pub async fn place(
     let window = shop.attempt_window();
     let admitted = match shop.admit(&request, true).await {
         Ok(admitted) => admitted,
-        // Nothing was decided (an outage, a full queue): the key stays free for the retry.
-        Err(refused) if refused.is_transient() => return first(Err(refused)),
         // Refused before any work began (sold out, an unknown product, terms the order can
-        // never meet, the buyer's limit): nothing is written, as Stripe does for a request
-        // refused before its endpoint runs — the crowd after a sell-out is most of a flash
-        // sale's traffic, and must not write at its own rate. A replay is simply decided
-        // again. Unless the key is known already (a retry): its first answer wins over what
-        // a check says now.
+        // never meet, the buyer's limit, a queue that cannot serve it in time): nothing is
+        // written, as Stripe does for a request refused before its endpoint runs — the crowd
+        // after a sell-out is most of a flash sale's traffic, and must not write at its own
+        // rate. A replay is simply decided again. Unless the key is known already (a retry):
+        // its first answer wins over what a check says now. (An outage here fails the read
+        // of the key too: 503, the key untouched.)
         Err(refused) => {
             return match known(db, &key).await {
                 Ok(false) => first(Err(refused)),

@@ -121,7 +121,9 @@ impl Combiner {
             let st = queue.state();
             let queued = st.waiting.len() + st.serving;
             let cycles = (queued + 1).div_ceil(batch_max.max(1));
-            let wait = (st.cycle > 0.0).then(|| Duration::from_secs_f64(cycles as f64 * st.cycle));
+            // An empty queue serves the next order in its next cycle, whatever the last took.
+            let timed = st.cycle > 0.0 && queued > 0;
+            let wait = timed.then(|| Duration::from_secs_f64(cycles as f64 * st.cycle));
             (queued, wait)
         })
     }
@@ -167,12 +169,17 @@ impl Queue {
         batch
     }
 
-    /// The batch being served has its answers: its cycle counts towards the queue's pace.
-    pub(super) fn served(&self) {
+    /// The batch being served has its answers: its cycle counts towards the queue's pace
+    /// (at most `cap`).
+    pub(super) fn served(&self, cap: Duration) {
         let mut st = self.state();
         let now = Instant::now();
         if let Some(since) = st.since.filter(|_| st.serving > 0) {
-            let took = now.saturating_duration_since(since).as_secs_f64();
+            // At most `cap` (the lock timeout) a cycle: a queue that can hold one batch
+            // always admits one more, so a cycle slowed by an outage (a lock wait that timed
+            // out, a commit that hung) cannot make it refuse everything with no cycle left
+            // to measure a better pace.
+            let took = now.saturating_duration_since(since).min(cap).as_secs_f64();
             // Smoothed over the last few cycles: one slow cycle (a pause of ZooKeeper's)
             // must not turn a crowd away.
             st.cycle = if st.cycle > 0.0 {

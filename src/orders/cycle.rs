@@ -77,7 +77,7 @@ pub(super) async fn supervise(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) 
                     "a lock-cycle worker panicked; starting it again"
                 );
                 metrics::worker_restarted("combiner");
-                queue.served();
+                queue.served(shop.lock_timeout(terms.id));
                 // A panic that comes back every cycle must not spin the CPU.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
@@ -123,7 +123,7 @@ async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
                 .instrument(span.span)
                 .await;
         }
-        queue.served();
+        queue.served(shop.lock_timeout(terms.id));
     }
 }
 
@@ -280,7 +280,8 @@ pub(super) async fn run(
 /// Serves `tickets` under `protection` in a transaction of its own, claim first (a cycle
 /// that acts something out, or any other than a combined product's under a lock); the lock,
 /// if any, is held by the caller and released after this returns: after the commit. `acquired` is when the guard was entered, for each
-/// order's time in the queue. An error means nothing was written: not one order sold.
+/// order's time in the queue. An error means not one order sold, except `outcome_pending`
+/// (a commit whose answer was lost: its orders may be written).
 async fn serve_alone(
     shop: &Shop,
     terms: &Arc<Terms>,

@@ -131,9 +131,10 @@ async fn serve(
 ) -> Result<Vec<Result<Served, Error>>, sqlx::Error> {
     metrics::shared_transaction(parts.len());
     let lost = || Err(Error::LockLost { order_id: None });
-    // One instance's locks share its ensemble. A part of another (a session made again on
-    // a replaced ZooKeeper between two cycles) is not claimed under this one's epoch: it
-    // sells nothing, and its orders are told the lock was lost.
+    // One instance's locks share its ensemble. A part of another ensemble than the first
+    // part's (a session made again on a replaced ZooKeeper between two cycles) is not claimed
+    // under the first's epoch: it sells nothing, and its orders are told the lock was lost
+    // (whichever side is stale, the fence decides at the next cycle).
     let ensemble = parts[0].token.ensemble;
     let ours: Vec<&Part> = parts
         .iter()
@@ -192,7 +193,16 @@ async fn serve(
         }
     }
     let mut tx = written;
-    let orders = store::insert(&mut tx.tx, &rows, &units).await?;
+    let orders = match store::insert(&mut tx.tx, &rows, &units).await {
+        Ok(orders) => orders,
+        // A buyer's holding moved since the read (only a stale writer can): the CHECK
+        // refused it. Alone, the part hears it as a lone cycle would; shared, each part is
+        // tried alone (`group`).
+        Err(e) if batch::over_limit(&e) && parts.len() == 1 => {
+            return Ok(vec![Err(Error::PurchaseLimit { order_id: None })]);
+        }
+        Err(e) => return Err(e),
+    };
     drop(rows);
     let earliest = all
         .iter()
@@ -200,9 +210,13 @@ async fn serve(
         .min()
         .unwrap_or_else(Instant::now);
     if let Err(e) = batch::commit(db, rules, tx, earliest).await {
+        // Only the parts the transaction wrote may have sold; the others wrote nothing.
         return Ok(parts
             .iter()
-            .map(|_| {
+            .map(|part| {
+                if !ids.contains(&part.terms.id) {
+                    return lost();
+                }
                 Err(match &e {
                     Error::OutcomePending { .. } => Error::OutcomePending { order_id: None },
                     other => Error::Unavailable(anyhow::anyhow!("{other:#}")),

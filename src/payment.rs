@@ -7,25 +7,16 @@
 //! An answer that never came is not a decline: [`Unknown`] says so, and the caller leaves the
 //! intent pending for the sweep, which asks again under the same key.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::telemetry::metrics;
 
 /// The payment provider's semaphore (`--payment-concurrency`), under `{root}/semaphores/`.
 pub const PAYMENT_SEMAPHORE: &str = "payment";
-
-/// Charges one instance has at the provider at once; the others wait for their turn. Each
-/// charge in flight holds a connection of its own (HTTP/1.1), and a sale's lock cycle hands
-/// up to `batch_max` paid orders to the provider at once: unbounded, a crowd made an
-/// instance keep ~470 connections to the provider (~25 KiB each: 12 MiB of a 71-MiB peak,
-/// heaptrack), for no more charges a second. 64 keep the provider busy and are reused.
-const CHARGES_IN_FLIGHT: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct Provider {
@@ -34,8 +25,6 @@ pub struct Provider {
     url: String,
     /// How long one request may take before it is retried (under the same key).
     pub timeout: Duration,
-    /// Turns for charges (see [`CHARGES_IN_FLIGHT`]).
-    turns: Arc<Semaphore>,
 }
 
 /// The provider's answer to one charge: when it started and ended there, kept with the
@@ -72,7 +61,6 @@ impl Provider {
             http,
             url: url.trim_end_matches('/').to_string(),
             timeout,
-            turns: Arc::new(Semaphore::new(CHARGES_IN_FLIGHT)),
         })
     }
 
@@ -83,13 +71,6 @@ impl Provider {
         amount_cents: i64,
         deadline: Instant,
     ) -> Result<Charge, Unknown> {
-        // Never closed. A charge still waiting at its deadline was never sent: `retry` says
-        // so (unknown), and the sweep finds no charge under its key.
-        let _turn = self
-            .turns
-            .acquire()
-            .await
-            .expect("the turns are never closed");
         metrics::payments_in_flight(1.0);
         let answer = self
             .retry(deadline, || {

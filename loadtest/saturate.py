@@ -584,6 +584,20 @@ def ours(cpu):
     return cpu["service"] + cpu["postgresql"] + cpu["zookeeper"]
 
 
+def per_cycle_figures(x):
+    """Orders and ZooKeeper writes per lock cycle, and lock cycles per shared transaction
+    (`–` where the row has no such figure: the open model, older reports, pg-atomic's
+    transactions of their own)."""
+    fmt = lambda v, d: f"{v:,.{d}f}".replace(",", " ")
+    cycles = x.get("lock_cycles")
+    per_tx = x.get("cycles_per_transaction")
+    return " | ".join([
+        fmt(x["orders_per_cycle"], 1) if cycles else "–",
+        fmt(x["zk_writes"] / cycles, 2) if cycles and x["guard"] == "zk" else "–",
+        fmt(per_tx, 2) if per_tx else "–",
+    ])
+
+
 def accepted(x):
     """The accepted orders' p99 as a row reports it: the server's histogram bucket it falls
     under (closed loops: `≤`), or k6's own figure (the open model)."""
@@ -616,8 +630,9 @@ def markdown(r, chart=None):
     out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
             "p99 (ms) | p99 of the accepted (ms) | refused / s | CPU µs / paid: service | "
             "PostgreSQL | ZooKeeper | service + PostgreSQL + ZooKeeper | provider | its ledger | "
-            "generator | ZK writes / paid | peak RSS so far (MiB) | exact |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "generator | ZK writes / paid | orders / lock cycle | ZK writes / lock cycle | "
+            "lock cycles / transaction | peak RSS so far (MiB) | exact |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
         c = x["cpu_us_per_paid"]
         out.append(
@@ -628,6 +643,7 @@ def markdown(r, chart=None):
             f"{fmt(x.get('refused_per_s', x['refused'] / x['seconds']))} | {fmt(c['service'], 1)} | {fmt(c['postgresql'], 1)} | "
             f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
+            f"{per_cycle_figures(x)} | "
             f"{fmt(x['peak_rss_mib'], 1) if x.get('peak_rss_mib') else '–'} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
     if r.get("lapse"):

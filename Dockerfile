@@ -23,6 +23,14 @@ RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked
 
 FROM debian:bookworm-slim
+# CA certificates: both binaries speak TLS with rustls and the platform's roots
+# (/etc/ssl/certs, read through rustls-native-certs), for `https://` to a real payment gateway
+# and `sslmode=verify-full` to a managed PostgreSQL. SSL_CERT_FILE=/path/bundle.pem replaces
+# these roots with a PEM bundle of your own (a private CA: append it to a copy of
+# /etc/ssl/certs/ca-certificates.crt).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 # A fixed uid, so volumes and policies (runAsNonRoot) can name it. The binary and the page
 # stay owned by root: the service cannot rewrite them.
 RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin seckill

@@ -38,6 +38,24 @@ def log(msg):
     print(f"\033[1;34m[bench]\033[0m {msg}", file=sys.stderr, flush=True)
 
 
+def row_done(done, total, label, figures, exact):
+    """A report's row on one line, printed as the row finishes: a bench of many minutes shows
+    each row's figures when they are measured, not only in the report at its end."""
+    return (f"row {done}/{total} done, {label}: {', '.join(figures)}; "
+            f"{'exact' if exact else 'NOT EXACT'}")
+
+
+def cell_line(cell, done, total):
+    """The matrix's row for `cell` (what `saturate` returns), with bench.md's figures."""
+    figures = [f"saturation {cell['saturation']:.0f} paid/s",
+               f"p99 there {cell['p99_at_saturation'] or 0:.0f} ms"]
+    if cell["guard"] == "zk":
+        figures.append(f"ZK writes/paid {cell['zk_writes_per_paid']:.3f}")
+    figures.append(f"{cell['paid_201s']} 201s, {cell['units_sold']} units sold")
+    return row_done(done, total, f"{cell['label']} ×{cell['instances']} hot {cell['hot']}",
+                    figures, cell["exact"])
+
+
 def http_json(method, url, body=None, token=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method)
@@ -126,12 +144,19 @@ class Instances:
 
 
 def k6_step(urls, products, rate, seconds, tag):
+    """One k6 step; its log and HTML report stay in loadtest/results/bench-step-TAG.*, its
+    JSON summary is read and removed."""
     out = RESULTS / f"bench-step-{tag}.json"
     env = {**os.environ, "BASE_URLS": ",".join(urls), "PRODUCTS": ",".join(map(str, products)),
-           "RATE": str(rate), "DURATION": f"{seconds}s", "RESULTS": str(out), "RUN": tag}
-    subprocess.run(["k6", "run", "--quiet", "--no-color", str(ROOT / "loadtest" / "bench.js")],
-                   env=env, stdout=subprocess.DEVNULL,
-                   stderr=open(RESULTS / f"bench-step-{tag}.log", "w"), check=False)
+           "RATE": str(rate), "DURATION": f"{seconds}s", "RESULTS": str(out), "RUN": tag,
+           "K6_WEB_DASHBOARD_EXPORT": str(RESULTS / f"bench-step-{tag}.html")}
+    k6 = subprocess.run(["k6", "run", "--quiet", "--no-color", str(ROOT / "loadtest" / "bench.js")],
+                        env=env, stdout=subprocess.DEVNULL,
+                        stderr=open(RESULTS / f"bench-step-{tag}.log", "w"), check=False)
+    # A step past saturation may cross bench.js's bounds; its figures count all the same.
+    if k6.returncode:
+        log(f"k6 step {tag} exited {k6.returncode} (99: a threshold of loadtest/bench.js "
+            f"crossed; see loadtest/results/bench-step-{tag}.log)")
     data = json.loads(out.read_text())
     out.unlink()
     m = data["metrics"]
@@ -202,13 +227,15 @@ def main():
     RESULTS.mkdir(parents=True, exist_ok=True)
     seconds = 2 if args.quick else args.step_seconds
     cells, rss, at_70 = [], {}, []
-    for n in (1, 3):
+    sizes, hots = (1, 3), (1, 10)
+    for n in sizes:
         inst = Instances(n, run_id)
         try:
-            for hot in (1, 10):
+            for hot in hots:
                 for label, guard, batch in GUARDS:
                     cells.append(saturate(inst, label, guard, batch, hot, seconds, args.quick,
                                           f"{run_id}-{n}-{hot}-{guard}-{batch}"))
+                    log(cell_line(cells[-1], len(cells), len(sizes) * len(hots) * len(GUARDS)))
             if n == 3:
                 # Latency below saturation: every guard at 70 % of pg-atomic per-request's.
                 base = next(c for c in cells if c["instances"] == 3 and c["hot"] == 1

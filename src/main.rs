@@ -1,5 +1,5 @@
 use clap::Parser;
-use seckill::{telemetry, Application, Config};
+use seckill::{shutdown_signal, telemetry, Application, Config};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -7,26 +7,8 @@ async fn main() -> anyhow::Result<()> {
     telemetry::logs::init(config.log_format);
 
     let app = Application::build(config).await?;
+    let stop = shutdown_signal();
     // On stdout, alone: scripts and tests read the port from this line.
     println!("seckill listening on http://{}", app.local_addr());
-    app.run(shutdown_signal()).await
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
-    tracing::info!("shutting down: finishing in-flight requests");
+    app.run(stop).await
 }

@@ -53,15 +53,67 @@ impl Charge {
 pub struct Unknown(String);
 
 impl Provider {
-    pub fn new(url: &str, timeout: Duration) -> anyhow::Result<Provider> {
+    /// A client for the provider at `url` (`http://` or `https://`: rustls, trusting the
+    /// platform's roots, or those of `SSL_CERT_FILE` instead when it is set, as OpenSSL
+    /// does), sending `api_key` as a bearer token.
+    pub fn new(url: &str, timeout: Duration, api_key: Option<&str>) -> anyhow::Result<Provider> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| anyhow::anyhow!("--payment-url {url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            anyhow::bail!(
+                "--payment-url {url:?}: its scheme {:?} cannot be served (http or https)",
+                parsed.scheme()
+            );
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = api_key {
+            let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| anyhow::anyhow!("--payment-api-key cannot be sent in a header"))?;
+            // Kept out of debug output and HTTP/2's header compression tables.
+            bearer.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
+            .default_headers(headers)
             .build()?;
         Ok(Provider {
             http,
             url: url.trim_end_matches('/').to_string(),
             timeout,
         })
+    }
+
+    /// Whether the provider can be reached and takes our key: one lookup of a charge nobody
+    /// made (404 is the answer of a provider that is there and lets us in). The error says
+    /// why not, for the log and `/readyz`.
+    pub async fn check(&self) -> Result<(), String> {
+        let response = self
+            .http
+            .get(format!("{}/v1/charges/seckill-readiness-probe", self.url))
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "the payment provider at {} did not answer: {}",
+                    self.url,
+                    chain(&e)
+                )
+            })?;
+        match response.status().as_u16() {
+            200 | 404 => Ok(()),
+            401 | 403 => Err(format!(
+                "the payment provider at {} refused our API key ({}): check --payment-api-key",
+                self.url,
+                response.status()
+            )),
+            _ => Err(format!(
+                "the payment provider at {} answered {}",
+                self.url,
+                response.status()
+            )),
+        }
     }
 
     /// Charges `amount_cents` under `key`, retrying under the same key until `deadline`.
@@ -159,7 +211,7 @@ impl Provider {
     }
 
     async fn once(&self, request: reqwest::RequestBuilder) -> Result<Option<Charge>, String> {
-        let response = request.send().await.map_err(|e| e.to_string())?;
+        let response = request.send().await.map_err(|e| chain(&e))?;
         match response.status().as_u16() {
             200 => response
                 .json::<Charge>()
@@ -170,4 +222,17 @@ impl Provider {
             status => Err(format!("answered {status}")),
         }
     }
+}
+
+/// An error with its causes: reqwest's own message ("error sending request") hides what went
+/// wrong (a refused connection, a certificate nobody trusts).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }

@@ -104,8 +104,16 @@ impl Application {
         let events = Events::start(db.clone(), zk.clone(), sold_out.clone())
             .await
             .context("listening for stock events")?;
-        let payment = Provider::new(&config.payment_url, config.payment_timeout())
-            .context("building the payment provider's client")?;
+        let payment = Provider::new(
+            &config.payment_url,
+            config.payment_timeout(),
+            config.payment_api_key.as_deref(),
+        )?;
+        // Not fatal (in a compose file the provider may start after us), but said now, and
+        // `/readyz` stays 503 naming the provider until it answers and takes our key.
+        if let Err(why) = payment.check().await {
+            tracing::error!(%why, "the payment provider cannot be used: no charge can be made until it can");
+        }
         let tasks = TaskTracker::new();
         let catalog = Catalog::default();
         let teaching = Teaching::new(
@@ -213,6 +221,7 @@ impl Application {
             ),
             max_connections_per_client: state.config.max_connections_per_client,
             header_read_timeout: Duration::from_millis(state.config.header_read_timeout_ms),
+            max_header_bytes: state.config.max_header_bytes as usize,
             trusted: http::client::TrustedProxies::new(state.config.trusted_proxy.clone()),
         };
         let server = http::server::serve(listener, http::router(state), limits, signal);
@@ -262,5 +271,31 @@ async fn purge_keys(db: sqlx::PgPool, ttl: Duration) {
         if let Err(e) = idempotency::purge(&db, ttl).await {
             tracing::warn!(error = %e, "purging old idempotency keys failed");
         }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what Docker and systemd send): both binaries drain on it.
+/// The SIGTERM handler is installed by this call, not when the future is first polled: a
+/// process that says it is listening must already drain on SIGTERM, not die of it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(not(unix))]
+    let terminate: Option<()> = None;
+    async move {
+        let ctrl_c = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let terminate = async move {
+            match terminate {
+                #[cfg(unix)]
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+        tracing::info!("shutting down: finishing in-flight requests");
     }
 }

@@ -19,6 +19,7 @@ from . import checker, lapse, nemesis, report
 from .buyers import Sale, buyer, restocker
 from .client import Conn, History
 from .cluster import Cluster, wait_for
+from .progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +67,7 @@ def options():
         o.seed = random.SystemRandom().randrange(1, 10**6)
     o.out = o.out or (ROOT / ".run" / "chaos" if o.quick else ROOT / "loadtest" / "results")
     o.admin_token = f"chaos-{random.SystemRandom().getrandbits(64):x}"
+    o.payment_api_key = f"{random.SystemRandom().getrandbits(128):032x}"
     return o
 
 
@@ -167,7 +169,10 @@ async def run(o):
         over = asyncio.Event()
         whole = ([asyncio.create_task(chaos.for_the_whole_sale("stranger", over))]
                  if o.stranger_for_the_whole_sale else [])
-        tasks = [*buyers, operator, *whole]
+        # A line every 10 s until every buyer is done (the heal and the replays included).
+        progress = Progress(history.events, history.now, chaos.striking_now, log)
+        ticker = asyncio.create_task(progress.run())
+        tasks = [*buyers, operator, *whole, ticker]
         # The lapse's reservations not made in its time, if any, are made while the sale
         # goes on, and awaited as the buyers are.
         stragglers = []
@@ -191,6 +196,8 @@ async def run(o):
         # Buyers still holding a key without a final answer replay it, for a while.
         sale.hard_end = history.now() + 60
         await asyncio.gather(*buyers, *stragglers)
+        ticker.cancel()
+        log(progress.line())
         log("every buyer done; waiting for the sweep to settle what is left")
         # The sweep's window: the last reservations' expiry, and an abandoned payment
         # attempt's (the request timeout and its margin), past the sale's last request.

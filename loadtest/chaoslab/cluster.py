@@ -202,6 +202,8 @@ class Cluster:
                        check=True, capture_output=True, timeout=120)
 
     # -- the provider ------------------------------------------------------------------
+    # Its API key goes through the environment (PROVIDER_API_KEY, SECKILL_PAYMENT_API_KEY):
+    # `ps` shows flags to anyone on the machine.
     def start_provider(self):
         log = open(self.run_dir / "provider.log", "a")
         self.provider = subprocess.Popen(
@@ -209,7 +211,12 @@ class Cluster:
              f"127.0.0.1:{self.provider_port}", "--test-controls", "--database-url",
              f"postgres://seckill:seckill@127.0.0.1:{self.opts.ledger_pg_port}/{self.ledger_db}",
              "--decline-rate", "0.1"],
-            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG="warn"))
+            stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, RUST_LOG="warn", PROVIDER_API_KEY=self.opts.payment_api_key))
+
+    def provider_auth(self):
+        """The header every call to the provider but /healthz needs."""
+        return {"Authorization": f"Bearer {self.opts.payment_api_key}"}
 
     async def wait_provider(self):
         async def up():
@@ -225,7 +232,8 @@ class Cluster:
     async def provider_settings(self, settings):
         conn = Conn(self.provider_port)
         try:
-            status, _, raw = await conn.request("PUT", "/v1/settings", settings, timeout=5)
+            status, _, raw = await conn.request("PUT", "/v1/settings", settings,
+                                                self.provider_auth(), timeout=5)
             if status != 200:
                 raise RuntimeError(f"provider settings: {status} {raw}")
         finally:
@@ -234,7 +242,8 @@ class Cluster:
     async def ledger(self):
         conn = Conn(self.provider_port)
         try:
-            status, _, raw = await conn.request("GET", "/v1/charges", timeout=30)
+            status, _, raw = await conn.request("GET", "/v1/charges", None,
+                                                self.provider_auth(), timeout=30)
             if status != 200:
                 raise RuntimeError(f"provider ledger: {status} {raw}")
             return json.loads(raw)
@@ -242,6 +251,9 @@ class Cluster:
             conn.close()
 
     # -- the instances -----------------------------------------------------------------
+    def instance_env(self):
+        return dict(os.environ, RUST_LOG="warn", SECKILL_PAYMENT_API_KEY=self.opts.payment_api_key)
+
     def instance_args(self, index, port, zk_connect, db_port, name):
         o = self.opts
         return [
@@ -273,9 +285,8 @@ class Cluster:
             self.links.append({"pg": pg, "zk": zk})
             zk_connect = ",".join(f"127.0.0.1:{link.port}" for link in zk)
             port = free_port()
-            env = dict(os.environ, RUST_LOG="warn")
             inst = Instance(i, port, self.instance_args(i, port, zk_connect, pg.port, f"i{i}"),
-                            self.run_dir / f"instance-{i}.log", env)
+                            self.run_dir / f"instance-{i}.log", self.instance_env())
             self.instances.append(inst)
         # One at a time: each runs the migrations (they serialise anyway).
         for inst in self.instances:
@@ -287,8 +298,7 @@ class Cluster:
         staging ZooKeeper URL in a debug container."""
         port = free_port()
         args = self.instance_args(3, port, self.elsewhere.connect(), self.pg_port, "stranger")
-        self.stranger = Instance(3, port, args, self.run_dir / "stranger.log",
-                                 dict(os.environ, RUST_LOG="warn"))
+        self.stranger = Instance(3, port, args, self.run_dir / "stranger.log", self.instance_env())
         return self.stranger
 
     async def stop(self):

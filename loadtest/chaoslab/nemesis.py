@@ -57,6 +57,12 @@ class Nemesis:
         self.session_s = session_ms / 1000
         self.busy = set()
         self.timeline = []  # {"kind", "target", "start", "healed"}
+        self.striking = []  # the timeline's entries to be, while their fault holds
+
+    def striking_now(self) -> list[str]:
+        """The faults holding now: `kind@iN` on instance N, the kind alone on a shared part."""
+        return [e["kind"] if e["kind"] in SHARED else f"{e['kind']}@i{e['target']}"
+                for e in self.striking]
 
     async def take(self, kind):
         """A part to work on: a free instance, or the shared part this kind needs."""
@@ -92,11 +98,13 @@ class Nemesis:
         target = await self.take(kind)
         entry = {"kind": kind, "target": target, "start": round(self.history.now(), 3)}
         self.history.note("nemesis", kind=kind, target=target)
+        self.striking.append(entry)
         try:
             await act(target)
         finally:
             entry["healed"] = round(self.history.now(), 3)
             self.history.note("healed", kind=kind, target=target)
+            self.striking.remove(entry)
             self.timeline.append(entry)
             self.busy.discard(target)
 

@@ -59,51 +59,170 @@ impl From<LockError> for ApiError {
     }
 }
 
-/// Every error answer's body.
+/// Every error answer's body: an RFC 9457 problem details object
+/// (`application/problem+json`) that keeps the API's first shape, `error`, `message` and
+/// `order_id`, as extension members, so clients written against it keep working.
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
 pub struct ErrorBody<'a> {
-    /// A stable code from [`CODES`]: match on this, not on the message.
+    /// `/problems/{code}`, relative to the API's address: `GET` it for the problem type.
+    #[serde(rename = "type")]
+    #[schema(value_type = String)]
+    kind: String,
+    /// The problem type's title, the same for every answer with this code.
+    #[schema(value_type = String)]
+    title: &'a str,
+    /// The answer's HTTP status.
+    status: u16,
+    /// This occurrence, for people; may change.
+    detail: &'a str,
+    /// A stable code from [`PROBLEMS`]: match on this, not on the message.
     #[schema(value_type = String)]
     error: &'a str,
-    /// For people; may change.
-    message: String,
+    /// The same as `detail` (the API's first shape).
+    message: &'a str,
     /// The order the error happened to, when its row exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<Uuid>,
 }
 
-/// Every code an answer can carry, in the order of the API page's table of codes (docs/api.md).
-pub const CODES: [&str; 29] = [
-    "invalid_request",
-    "unauthorized",
-    "payment_failed",
-    "admin_disabled",
-    "demo_disabled",
-    "unknown_product",
-    "order_not_found",
-    "not_found",
-    "no_lock",
-    "method_not_allowed",
-    "sold_out",
-    "purchase_limit",
-    "too_many_unpaid",
-    "idempotency_in_progress",
-    "reservation_expired",
-    "payment_in_progress",
-    "order_not_payable",
-    "payload_too_large",
-    "unsupported_media_type",
-    "idempotency_mismatch",
-    "unprocessable",
-    "too_busy",
-    "rate_limited",
-    "lock_timeout",
-    "lock_lost",
-    "payment_busy",
-    "outcome_pending",
-    "unavailable",
-    "internal",
+/// A problem type: a code and its title (`GET /problems/{code}`).
+#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    pub code: &'static str,
+    pub title: &'static str,
+}
+
+impl Problem {
+    /// The problem type's URI, relative to the API's address.
+    pub fn uri(&self) -> String {
+        format!("/problems/{}", self.code)
+    }
+
+    pub fn of(code: &str) -> Option<&'static Problem> {
+        PROBLEMS.iter().find(|p| p.code == code)
+    }
+}
+
+/// Every code an answer can carry, with its title, in the order of the API page's table of
+/// codes (docs/api.md).
+pub const PROBLEMS: [Problem; 29] = [
+    Problem {
+        code: "invalid_request",
+        title: "The request is malformed",
+    },
+    Problem {
+        code: "unauthorized",
+        title: "An admin bearer token is required",
+    },
+    Problem {
+        code: "payment_failed",
+        title: "The payment was declined",
+    },
+    Problem {
+        code: "admin_disabled",
+        title: "Admin endpoints are disabled",
+    },
+    Problem {
+        code: "demo_disabled",
+        title: "Demos are disabled on this server",
+    },
+    Problem {
+        code: "unknown_product",
+        title: "No such product",
+    },
+    Problem {
+        code: "order_not_found",
+        title: "No such order",
+    },
+    Problem {
+        code: "not_found",
+        title: "No such route",
+    },
+    Problem {
+        code: "no_lock",
+        title: "The product's guard takes no such lock",
+    },
+    Problem {
+        code: "method_not_allowed",
+        title: "Method not allowed",
+    },
+    Problem {
+        code: "sold_out",
+        title: "Sold out",
+    },
+    Problem {
+        code: "purchase_limit",
+        title: "Over the purchase limit",
+    },
+    Problem {
+        code: "too_many_unpaid",
+        title: "Too many unpaid reservations",
+    },
+    Problem {
+        code: "idempotency_in_progress",
+        title: "A request with this key is in progress",
+    },
+    Problem {
+        code: "reservation_expired",
+        title: "The reservation expired",
+    },
+    Problem {
+        code: "payment_in_progress",
+        title: "A payment for this order is in progress",
+    },
+    Problem {
+        code: "order_not_payable",
+        title: "The order cannot be paid",
+    },
+    Problem {
+        code: "payload_too_large",
+        title: "Request body too large",
+    },
+    Problem {
+        code: "unsupported_media_type",
+        title: "Unsupported media type",
+    },
+    Problem {
+        code: "idempotency_mismatch",
+        title: "This key was used for another request",
+    },
+    Problem {
+        code: "unprocessable",
+        title: "The request cannot be processed",
+    },
+    Problem {
+        code: "too_busy",
+        title: "Too busy: try again later",
+    },
+    Problem {
+        code: "rate_limited",
+        title: "Too many requests from this client",
+    },
+    Problem {
+        code: "lock_timeout",
+        title: "The product's lock was not acquired in time",
+    },
+    Problem {
+        code: "lock_lost",
+        title: "The product's lock was lost",
+    },
+    Problem {
+        code: "payment_busy",
+        title: "The payment provider is at its limit",
+    },
+    Problem {
+        code: "outcome_pending",
+        title: "The outcome is not known yet",
+    },
+    Problem {
+        code: "unavailable",
+        title: "Service unavailable",
+    },
+    Problem {
+        code: "internal",
+        title: "Internal error",
+    },
 ];
 
 /// A domain error's status.
@@ -170,9 +289,15 @@ impl ApiError {
 
     /// The JSON body, as sent.
     pub fn body(&self) -> String {
+        self.body_as(self.status())
+    }
+
+    /// The body of an answer sent with `status` (the last net keeps a status our variant
+    /// would not pick, 408 say: the body says the status sent).
+    fn body_as(&self, status: StatusCode) -> String {
         match self {
             ApiError::Domain(error) => ApiError::body_of(error),
-            other => write_body(other.code(), other.to_string(), None),
+            other => write_body(other.code(), &other.to_string(), None, status),
         }
     }
 
@@ -187,12 +312,22 @@ impl ApiError {
             }
             _ => {}
         }
-        write_body(error.code(), error.to_string(), error.order_id())
+        write_body(
+            error.code(),
+            &error.to_string(),
+            error.order_id(),
+            status_of(error),
+        )
     }
 }
 
-fn write_body(code: &str, message: String, order_id: Option<Uuid>) -> String {
+fn write_body(code: &str, message: &str, order_id: Option<Uuid>, status: StatusCode) -> String {
+    let problem = Problem::of(code).expect("every code is in PROBLEMS (tested)");
     let body = ErrorBody {
+        kind: problem.uri(),
+        title: problem.title,
+        status: status.as_u16(),
+        detail: message,
         error: code,
         message,
         order_id,
@@ -200,17 +335,24 @@ fn write_body(code: &str, message: String, order_id: Option<Uuid>) -> String {
     serde_json::to_string(&body).expect("error bodies serialise")
 }
 
-/// A JSON response from its parts; every 503 and 429 gets `Retry-After`, and so does a
+/// `json_errors`' answer: `error` in our shape with the status the response already had.
+pub fn with_status(error: ApiError, status: StatusCode) -> Response {
+    let retry = match &error {
+        ApiError::Domain(e) => retry_after(e),
+        _ => None,
+    };
+    json_response(status, error.body_as(status), retry)
+}
+
+/// An error response from its parts (`application/problem+json`); every 503 and 429 gets
+/// `Retry-After`, and so does a
 /// "try later" conflict (a key or a payment still in progress, too many unpaid
 /// reservations), or clients poll it as fast as they can. `retry_after` is the answer's own
 /// figure in seconds (a queue's time to be served), or 1.
 pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>) -> Response {
     let mut response = (
         status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON))],
         body,
     )
         .into_response();
@@ -231,6 +373,9 @@ pub fn retry_after(error: &Error) -> Option<u64> {
             .map_or(1, |wait| wait.as_secs_f64().ceil() as u64)
     })
 }
+
+/// RFC 9457's media type.
+pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -300,16 +445,22 @@ mod tests {
         ]);
         for error in &errors {
             assert!(
-                CODES.contains(&error.code()),
-                "{} is not in CODES",
+                Problem::of(error.code()).is_some(),
+                "{} is not in PROBLEMS",
                 error.code()
             );
+            let body: serde_json::Value = serde_json::from_str(&error.body()).unwrap();
+            assert_eq!(body["type"], format!("/problems/{}", error.code()));
+            assert_eq!(body["status"], error.status().as_u16());
+            assert_eq!(body["detail"], body["message"]);
+            assert_eq!(body["error"], error.code());
+            assert!(!body["title"].as_str().unwrap().is_empty());
         }
         let answered: std::collections::HashSet<_> = errors.iter().map(ApiError::code).collect();
         assert_eq!(
             answered.len(),
-            CODES.len(),
-            "CODES lists a code no error answers"
+            PROBLEMS.len(),
+            "PROBLEMS lists a code no error answers"
         );
     }
 

@@ -55,10 +55,13 @@ pub(super) enum Ensemble {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct Readiness {
-    /// `ok` when both backing services answer and our ensemble guards the stock.
+    /// `ok` when every backing service answers and our ensemble guards the stock.
     status: Status,
     postgres: Status,
     zookeeper: Status,
+    /// Whether the payment provider answers and takes this instance's API key: without it no
+    /// order can be paid (the log says why).
+    payment_provider: Status,
     ensemble: Ensemble,
     /// The ensemble that guards the stock instead of ours, when `ensemble` is `outranked`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -75,13 +78,14 @@ pub(super) async fn healthz() -> Json<Health> {
     Json(Health { status: Status::Ok })
 }
 
-/// Both backing services answer and this instance's ZooKeeper ensemble guards the stock.
-/// 503 otherwise, naming what is wrong. PostgreSQL's answer is at most `--view-refresh-ms`
-/// old; ZooKeeper's is the session's state.
+/// The backing services answer (PostgreSQL, ZooKeeper, the payment provider with our key)
+/// and this instance's ZooKeeper ensemble guards the stock. 503 otherwise, naming what is
+/// wrong. PostgreSQL's and the provider's answers are at most `--view-refresh-ms` old;
+/// ZooKeeper's is the session's state.
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
-        (status = 200, description = "PostgreSQL and ZooKeeper answer", body = Readiness),
-        (status = 503, description = "One of them does not, or this instance's ZooKeeper ensemble is `outranked` (pointed at another ZooKeeper than the fleet's): the body names it", body = Readiness),
+        (status = 200, description = "PostgreSQL, ZooKeeper and the payment provider answer", body = Readiness),
+        (status = 503, description = "One of them does not (the payment provider: or it refuses the API key), or this instance's ZooKeeper ensemble is `outranked` (pointed at another ZooKeeper than the fleet's): the body names it", body = Readiness),
     ))]
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     // Probes are unauthenticated and may come by the thousand: PostgreSQL is asked once per
@@ -98,13 +102,26 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
         })
         .await
         .is_ok_and(|ok| *ok);
+    let shop = state.shop.clone();
+    let payment_provider = state
+        .views
+        .payment_provider
+        .get((), move || async move {
+            let checked = shop.payment().check().await;
+            if let Err(why) = &checked {
+                tracing::warn!(%why, "not ready: the payment provider cannot be used");
+            }
+            Ok::<_, std::convert::Infallible>(checked)
+        })
+        .await
+        .is_ok_and(|checked| checked.is_ok());
     let zookeeper = state.zk.connected();
     let (ensemble, guarding) = match *state.standing.borrow() {
         Standing::Guarding => (Ensemble::Guarding, None),
         Standing::Outranked { guarding } => (Ensemble::Outranked, Some(guarding)),
         Standing::Unknown => (Ensemble::Unknown, None),
     };
-    let ready = postgres && zookeeper && matches!(ensemble, Ensemble::Guarding);
+    let ready = postgres && zookeeper && payment_provider && matches!(ensemble, Ensemble::Guarding);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -114,6 +131,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
         status: Status::of(ready),
         postgres: Status::of(postgres),
         zookeeper: Status::of(zookeeper),
+        payment_provider: Status::of(payment_provider),
         ensemble,
         guarding,
         instance: state.zk.instance().to_string(),

@@ -15,6 +15,7 @@ mod metrics;
 mod money;
 pub mod openapi;
 mod orders;
+mod problems;
 mod products;
 mod recipes;
 pub mod server;
@@ -111,6 +112,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router(&state.config))
         .merge(metrics::router())
         .merge(openapi::router())
+        .merge(problems::router())
         .fallback_service(
             tower::ServiceBuilder::new()
                 .map_request(no_nul)
@@ -227,7 +229,11 @@ async fn json_errors(response: Response) -> Response {
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        .is_some_and(|v| {
+            // Ours (problem details), or a JSON document of its own (`/readyz`'s 503).
+            let v = v.as_bytes();
+            v.starts_with(error::PROBLEM_JSON.as_bytes()) || v.starts_with(b"application/json")
+        });
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
@@ -249,10 +255,8 @@ async fn json_errors(response: Response) -> Response {
         s if s.is_client_error() => ApiError::Domain(Error::InvalidRequest(message)),
         _ => ApiError::Domain(Error::Internal(anyhow::anyhow!("{status}: {message}"))),
     };
-    let mut answer = error.into_response();
     // Keep the status even where our variant would pick a neighbour (e.g. 408, 422).
-    *answer.status_mut() = status;
-    answer
+    error::with_status(error, status)
 }
 
 /// `axum::extract::Path`, but its rejections (a segment that is not valid UTF-8, say) answer

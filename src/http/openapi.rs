@@ -15,16 +15,16 @@ use utoipa::openapi::{
 use utoipa::Number;
 use utoipa::{Modify, OpenApi};
 
-use super::error::CODES;
+use super::error::{PROBLEMS, PROBLEM_JSON};
 use super::AppState;
-use super::{events, health, metrics, money, orders, products, recipes};
+use super::{events, health, metrics, money, orders, problems, products, recipes};
 use crate::inventory;
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "seckill",
-        description = "A flash sale that never oversells: a fair, fenced ZooKeeper lock over PostgreSQL. Every error is `{\"error\": \"<code>\", \"message\": \"...\"}` (plus `order_id` when an order row exists); every 429 and 503 carries `Retry-After`."
+        description = "A flash sale that never oversells: a fair, fenced ZooKeeper lock over PostgreSQL. Every error is an RFC 9457 problem details object (`application/problem+json`): `type` (`/problems/<code>`), `title`, `status`, `detail`, and the extension members `error` (the code), `message` (= `detail`) and `order_id` (when an order row exists); every 429 and 503 carries `Retry-After`."
     ),
     paths(
         orders::create,
@@ -49,6 +49,8 @@ use crate::inventory;
         health::healthz,
         health::readyz,
         metrics::render,
+        problems::list,
+        problems::show,
         document,
     ),
     modifiers(&Shared, &Bounds),
@@ -90,7 +92,7 @@ impl Modify for Shared {
         // The `error` field lists every code, so a client generator gets an enum.
         if let Some(RefOr::T(Schema::Object(error))) = components.schemas.get_mut("Error") {
             if let Some(RefOr::T(Schema::Object(code))) = error.properties.get_mut("error") {
-                code.enum_values = Some(CODES.iter().map(|c| (*c).into()).collect());
+                code.enum_values = Some(PROBLEMS.iter().map(|p| p.code.into()).collect());
             }
         }
         for item in api.paths.paths.values_mut() {
@@ -145,6 +147,12 @@ fn share(operation: &mut Operation) {
         let RefOr::T(response) = response else {
             continue;
         };
+        // Every error answer is problem details (the handlers' annotations say JSON).
+        if status.starts_with(['4', '5']) {
+            if let Some(content) = response.content.shift_remove("application/json") {
+                response.content.insert(PROBLEM_JSON.into(), content);
+            }
+        }
         response.headers.insert(
             "x-request-id".into(),
             HeaderBuilder::new()
@@ -176,7 +184,7 @@ fn error_response(description: &str) -> Response {
     ResponseBuilder::new()
         .description(description)
         .content(
-            "application/json",
+            PROBLEM_JSON,
             ContentBuilder::new()
                 .schema(Some(Ref::from_schema_name("Error")))
                 .build(),

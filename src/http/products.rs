@@ -91,7 +91,8 @@ async fn show(
 }
 
 /// Whether the product's books balance: `oversold = max(0, sold − stocked_total)`,
-/// `consistent = (stock + sold == stocked_total)`.
+/// `consistent = (stock + sold == stocked_total and kept_sold == sold)`. `sold` is summed
+/// from the orders here (the product views read `kept_sold`).
 #[utoipa::path(get, path = "/api/products/{id}/audit", operation_id = "auditProduct", tag = "products", params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "The audit", body = Audit),
@@ -102,7 +103,11 @@ async fn audit(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Audit>, ApiError> {
-    Ok(Json(Audit::from(&find(&state, &id).await?)))
+    let id = parse_id(&id, "product id")?;
+    inventory::audit(&state.db, id)
+        .await?
+        .map(Json)
+        .ok_or(ApiError::Domain(Error::UnknownProduct(id)))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use super::client::{client_key, TrustedProxies};
-use super::error::ApiError;
+use super::error::{ApiError, PROBLEM_JSON};
 use crate::telemetry::metrics;
 
 /// What one instance grants its clients' connections.
@@ -38,6 +38,8 @@ pub struct Limits {
     /// Connections one client address may hold (trusted proxies excepted).
     pub max_connections_per_client: usize,
     pub header_read_timeout: Duration,
+    /// hyper's read buffer per connection: the most a request head may take (431 beyond).
+    pub max_header_bytes: usize,
     pub trusted: TrustedProxies,
 }
 
@@ -65,7 +67,10 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        // hyper's default (~400 KB) would let one client's allowed connections hold hundreds
+        // of MB with heads that never end.
+        .max_buf_size(limits.max_header_bytes);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -209,7 +214,7 @@ pub fn within_open_files(wanted: usize, reserved: usize) -> usize {
 async fn refuse(mut stream: TcpStream) {
     let body = ApiError::Overloaded("connections").body();
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {PROBLEM_JSON}\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -242,6 +247,7 @@ mod tests {
             max_connections: max,
             max_connections_per_client: per,
             header_read_timeout: Duration::from_secs(1),
+            max_header_bytes: 16_384,
             trusted: TrustedProxies::default(),
         };
         assert_eq!(limits(4096, 1024).per_client(), 1024);

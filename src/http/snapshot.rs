@@ -25,6 +25,8 @@ pub struct Views {
     pub semaphore: Snapshots<(), SemaphoreView>,
     /// Whether PostgreSQL answers (`GET /readyz`).
     pub postgres: Snapshots<(), bool>,
+    /// Whether the payment provider answers and takes our key (`GET /readyz`): why not, if not.
+    pub payment_provider: Snapshots<(), Result<(), String>>,
 }
 
 impl Views {
@@ -34,6 +36,7 @@ impl Views {
             terms_lock: Snapshots::new(refresh),
             semaphore: Snapshots::new(refresh),
             postgres: Snapshots::new(refresh),
+            payment_provider: Snapshots::new(refresh),
         }
     }
 }

@@ -56,6 +56,11 @@ pub struct Shop {
 }
 
 impl Shop {
+    /// The payment provider's client (`/readyz` asks whether it can be used).
+    pub fn payment(&self) -> &Provider {
+        &self.payment
+    }
+
     #[allow(clippy::too_many_arguments)] // each is a handle the order path uses
     pub fn new(
         db: PgPool,

@@ -34,6 +34,31 @@ pub const ENSEMBLE_STANDING: &str = "seckill_zk_ensemble_standing";
 pub const SHARED_CYCLES: &str = "seckill_shared_cycles";
 pub const SHARED_CYCLE_PRODUCTS: &str = "seckill_shared_cycle_products";
 
+/// Every metric above: docs/operations.md's table lists exactly these (a contract test).
+pub const ALL: [&str; 21] = [
+    ORDERS,
+    HTTP_DURATION,
+    LOCK_WAIT,
+    LOCK_HOLD,
+    LOCK_FAILURES,
+    LOCK_CYCLE_ORDERS,
+    ZK_OPERATIONS,
+    ZK_SESSION_STATE,
+    ZK_SESSION_CHANGES,
+    DB_POOL,
+    SWEEP_ACTIONS,
+    LOCK_REENTRIES,
+    PAYMENTS_IN_FLIGHT,
+    PAYMENT_OUTCOMES,
+    PAYMENT_LEASE_WAIT,
+    REFUSED,
+    VIEW_REFRESHES,
+    WORKER_RESTARTS,
+    ENSEMBLE_STANDING,
+    SHARED_CYCLES,
+    SHARED_CYCLE_PRODUCTS,
+];
+
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
 const SECONDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

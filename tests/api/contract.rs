@@ -108,6 +108,50 @@ fn every_status_and_error_code_in_the_api_table_is_in_the_openapi_description() 
     }
 }
 
+#[tokio::test]
+async fn every_metric_exported_is_documented_and_every_documented_one_exists() {
+    let documented: BTreeSet<String> = table_after(&doc("docs/operations.md"), "### Metrics")
+        .iter()
+        .map(|row| row[0].trim_matches('`').to_string())
+        .collect();
+    let named: BTreeSet<String> = seckill::telemetry::metrics::ALL
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(
+        documented, named,
+        "docs/operations.md's metrics table and src/telemetry/metrics.rs disagree"
+    );
+    // What a live instance exports after a sale (and whatever the other tests in this
+    // process recorded): every family is a documented one.
+    let env = crate::helpers::TestEnv::new().await;
+    let app = env.spawn_app(&[]).await;
+    let product = crate::helpers::create_product(&app.base_url, 1, "zk").await;
+    let sold = crate::helpers::place_order(&crate::helpers::http(), &app.base_url, product, "m")
+        .await
+        .unwrap();
+    assert_eq!(sold.status, reqwest::StatusCode::CREATED, "{sold:?}");
+    let exported: BTreeSet<String> = crate::helpers::scrape(&app.base_url)
+        .await
+        .keys()
+        .map(|series| {
+            let name = series.split('{').next().unwrap();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .filter(|family| named.contains(*family))
+                .unwrap_or(name)
+                .to_string()
+        })
+        .collect();
+    assert!(exported.len() >= 5, "scraped {exported:?}");
+    let undocumented: Vec<_> = exported.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not documented: {undocumented:?}"
+    );
+}
+
 /// Each flag of `seckill --help`: its environment variable and default.
 fn help_flags() -> BTreeMap<String, (String, String)> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))

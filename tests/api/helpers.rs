@@ -24,6 +24,9 @@ use zookeeper_client as zk;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// The test providers' API key (`seckill-provider --api-key`, the apps' `--payment-api-key`).
+pub const PROVIDER_KEY: &str = "test-provider-api-key";
+
 /// One test's private world: its own database and ZooKeeper root.
 pub struct TestEnv {
     pub database_url: String,
@@ -41,6 +44,8 @@ pub struct TestEnv {
 pub struct Provider {
     pub url: String,
     pub database_url: String,
+    /// Its flags beyond the defaults (a restart keeps them).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -48,6 +53,7 @@ impl Provider {
     pub async fn start(database_url: &str, extra: &[&str]) -> Provider {
         let mut child = Command::new(env!("CARGO_BIN_EXE_seckill-provider"))
             .args(["--test-controls", "--database-url", database_url])
+            .args(["--api-key", PROVIDER_KEY])
             // Port 0 unless the caller names an address (a restart on the same one).
             .args(if extra.contains(&"--listen") {
                 &[][..]
@@ -74,6 +80,7 @@ impl Provider {
         Provider {
             url,
             database_url: database_url.to_string(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             child: Some(child),
         }
     }
@@ -85,11 +92,33 @@ impl Provider {
         }
     }
 
+    /// Sends SIGTERM and waits for it to exit (it drains its requests first).
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("a running provider");
+        let pid = child.id().expect("a running provider has a pid") as i32;
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .expect("the provider exited within 30s of SIGTERM")
+            .expect("wait for the provider")
+    }
+
     /// Back up, on the same address and ledger.
     pub async fn restart(&mut self) {
         self.kill().await;
-        let listen = self.url.trim_start_matches("http://").to_string();
-        let again = Provider::start(&self.database_url, &["--listen", &listen]).await;
+        let listen = self.url.split_once("://").map_or(&*self.url, |(_, a)| a);
+        let mut extra: Vec<&str> = vec!["--listen", listen];
+        let mut kept = self.extra.iter().map(String::as_str);
+        while let Some(flag) = kept.next() {
+            match flag {
+                "--listen" => {
+                    kept.next();
+                }
+                _ => extra.push(flag),
+            }
+        }
+        let again = Provider::start(&self.database_url, &extra).await;
         assert_eq!(again.url, self.url, "the provider came back on its address");
         *self = again;
     }
@@ -99,6 +128,7 @@ impl Provider {
         let reply = send(
             http()
                 .put(format!("{}/v1/settings", self.url))
+                .bearer_auth(PROVIDER_KEY)
                 .json(&settings),
         )
         .await
@@ -108,9 +138,13 @@ impl Provider {
 
     /// Its ledger: every charge it made, oldest first.
     pub async fn ledger(&self) -> Vec<Value> {
-        let reply = send(http().get(format!("{}/v1/charges", self.url)))
-            .await
-            .expect("reach the provider");
+        let reply = send(
+            http()
+                .get(format!("{}/v1/charges", self.url))
+                .bearer_auth(PROVIDER_KEY),
+        )
+        .await
+        .expect("reach the provider");
         reply.body["charges"]
             .as_array()
             .cloned()
@@ -158,7 +192,7 @@ impl TestEnv {
     }
 
     /// Flags every instance of this test shares, then the test's own.
-    fn args(&self, extra: &[&str]) -> Vec<String> {
+    pub fn args(&self, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = [
             "--listen",
             "127.0.0.1:0",
@@ -172,6 +206,8 @@ impl TestEnv {
             "10",
             "--payment-url",
             &self.provider.url,
+            "--payment-api-key",
+            PROVIDER_KEY,
             // Tests read a lock view right after changing the lock: no snapshot age (the
             // snapshots themselves are tested in `access`, which sets its own).
             "--view-refresh-ms",
@@ -229,10 +265,24 @@ impl TestEnv {
         rust_log: &str,
         log: Stdio,
     ) -> ServerProcess {
+        self.spawn_process_in(instance, extra, rust_log, log, &[])
+            .await
+    }
+
+    /// [`Self::spawn_process_logging`] with environment variables of its own (`SSL_CERT_FILE`).
+    pub async fn spawn_process_in(
+        &self,
+        instance: &str,
+        extra: &[&str],
+        rust_log: &str,
+        log: Stdio,
+        vars: &[(&str, &str)],
+    ) -> ServerProcess {
         let mut args = self.args(extra);
         args.extend(["--instance", instance, "--admin-token", ADMIN_TOKEN].map(String::from));
         let mut child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args(&args)
+            .envs(vars.iter().copied())
             .env("RUST_LOG", rust_log)
             .stdout(Stdio::piped())
             .stderr(log)
@@ -545,6 +595,10 @@ impl Reply {
 
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()
+        // Tests speak plain HTTP to 127.0.0.1, and build a client per request: loading the
+        // platform's root certificates each time blocked a storm's runtime for seconds (its
+        // connections sat unread past the server's header timeout).
+        .tls_built_in_native_certs(false)
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(0)
         .build()

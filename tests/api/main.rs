@@ -9,6 +9,7 @@ mod batching;
 mod chaos;
 mod concurrency;
 mod contract;
+mod deployment;
 mod failures;
 mod faults;
 mod fencing;

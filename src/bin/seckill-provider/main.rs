@@ -9,27 +9,35 @@
 //! - `GET /v1/charges`: the whole ledger, oldest first, for audits.
 //! - `PUT /v1/settings` (only with `--test-controls`): its faults, changed while it runs.
 //!
+//! Every `/v1` route wants `Authorization: Bearer <--api-key>` (a gateway's secret key);
+//! without it, 401 `unauthorized`. `/healthz` is open. `--tls-cert/--tls-key` serve https.
+//! SIGTERM or Ctrl-C: in-flight requests finish, then it exits.
+//!
 //! Its faults are the ones a real integration meets: latency, declines, 5xx answers (nothing
 //! charged), answers slower than the caller waits, and a charge made whose answer is lost
 //! (the connection drops after the ledger has it).
 
 mod ledger;
 mod settings;
+mod tls;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use clap::Parser;
 use serde::Deserialize;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use settings::{Faults, Settings};
@@ -52,6 +60,17 @@ struct Config {
     /// while it runs).
     #[arg(long, env = "PROVIDER_TEST_CONTROLS")]
     test_controls: bool,
+    /// The secret key every `/v1` request must carry as `Authorization: Bearer <key>`
+    /// (seckill's `--payment-api-key`). Never printed.
+    #[arg(long, env = "PROVIDER_API_KEY", hide_env_values = true,
+          value_parser = seckill::config::Secret(seckill::config::api_key_rule))]
+    api_key: String,
+    /// Serve https with this PEM certificate chain (with --tls-key).
+    #[arg(long, env = "PROVIDER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key (with --tls-cert).
+    #[arg(long, env = "PROVIDER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Clone)]
@@ -88,26 +107,80 @@ async fn main() -> anyhow::Result<()> {
         settings: Arc::new(Settings::new(config.faults)),
         test_controls: config.test_controls,
     };
+    let key = Arc::new(ApiKey::new(&config.api_key));
     let app = Router::new()
         .route("/v1/charges", post(charge).get(ledger_all))
         .route("/v1/charges/{key}", get(one))
         .route("/v1/settings", put(change_settings).get(show_settings))
+        .route_layer(axum::middleware::from_fn_with_state(key, authorized))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    // On stdout, alone: scripts and tests read the port from this line.
-    println!(
-        "seckill-provider listening on http://{}",
-        listener.local_addr()?
-    );
+    let addr = listener.local_addr()?;
+    let stop = seckill::shutdown_signal();
+    match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            let acceptor = tls::acceptor(cert, key)?;
+            // On stdout, alone: scripts and tests read the address from this line.
+            println!("seckill-provider listening on https://{addr}");
+            serve(tls::TlsListener::new(listener, acceptor)?, app, stop).await
+        }
+        _ => {
+            println!("seckill-provider listening on http://{addr}");
+            serve(listener, app, stop).await
+        }
+    }
+}
+
+async fn serve<L>(
+    listener: L,
+    app: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stop)
         .await?;
     Ok(())
+}
+
+/// The key's digest: comparing digests takes the same time however much of a guess is right.
+struct ApiKey([u8; 32]);
+
+impl ApiKey {
+    fn new(key: &str) -> ApiKey {
+        ApiKey(Sha256::digest(key.as_bytes()).into())
+    }
+
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| ApiKey::new(given).0 == self.0)
+    }
+}
+
+/// Charges, the ledger and the test controls are a gateway's secret-key API.
+async fn authorized(State(key): State<Arc<ApiKey>>, request: Request, next: Next) -> Response {
+    if !key.admits(request.headers()) {
+        let mut refused = error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send the provider's API key as Authorization: Bearer <key>",
+        );
+        refused.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            "Bearer".parse().expect("a header"),
+        );
+        return refused;
+    }
+    next.run(request).await
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {

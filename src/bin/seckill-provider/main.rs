@@ -52,7 +52,7 @@ struct Config {
     #[arg(long, env = "PROVIDER_LISTEN", default_value = "127.0.0.1:8090")]
     listen: SocketAddr,
     /// The ledger's own database (a provider is another company's system).
-    #[arg(long, env = "PROVIDER_DATABASE_URL")]
+    #[arg(long, env = "PROVIDER_DATABASE_URL", hide_env_values = true)]
     database_url: String,
     #[command(flatten)]
     faults: Faults,

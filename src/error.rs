@@ -250,9 +250,15 @@ impl From<LockError> for Error {
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         match &err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-                Error::Unavailable(err.into())
-            }
+            // The connection broke, or could not be made. With TLS (`sslmode=prefer`, the
+            // default), a connection dropped while sqlx asks for TLS reads as a protocol error
+            // (the answer's one byte reads 0) or a TLS one: the database is away, not the
+            // service broken. The cause is logged either way.
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_) => Error::Unavailable(err.into()),
             sqlx::Error::Database(db) if db.code().is_some_and(|c| is_transient_sqlstate(&c)) => {
                 Error::Unavailable(err.into())
             }
@@ -273,6 +279,17 @@ fn is_transient_sqlstate(code: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_away_is_unavailable_and_a_query_bug_internal() {
+        let code = |e: sqlx::Error| Error::from(e).code();
+        // What a connection cut during the TLS request gives (sqlx reads a 0 byte).
+        let cut = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        assert_eq!(code(cut), "unavailable");
+        assert_eq!(code(sqlx::Error::Tls("handshake".into())), "unavailable");
+        assert_eq!(code(sqlx::Error::PoolTimedOut), "unavailable");
+        assert_eq!(code(sqlx::Error::ColumnNotFound("x".into())), "internal");
+    }
 
     #[test]
     fn transient_outcomes_are_not_kept() {

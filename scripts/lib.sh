@@ -175,11 +175,16 @@ provider_takes_key() {
 # Starts the payment provider (BIN: the seckill-provider binary, already built) on
 # 127.0.0.1:PORT with its ledger in DATABASE (created if missing) and --test-controls (the
 # page's money demo and the chaos sale change its faults); reuses one that answers and takes
-# the key. The key is SECKILL_PAYMENT_API_KEY (a new one if unset), exported: every seckill
+# the key. The key is SECKILL_PAYMENT_API_KEY (if unset: the one a provider started here on
+# PORT was given, kept in .run/provider-PORT.key, else a new one), exported: every seckill
 # this script starts afterwards sends it. Through the environment, not flags: `ps` shows flags.
 provider_up() { # BIN PORT DATABASE [FLAGS...]
   local bin=$1 port=$2 db=$3; shift 3
   apt_install curl
+  local kept="$RUN_DIR/provider-$port.key"
+  if [ -z "${SECKILL_PAYMENT_API_KEY:-}" ] && [ -s "$kept" ]; then
+    SECKILL_PAYMENT_API_KEY=$(cat "$kept")
+  fi
   export SECKILL_PAYMENT_API_KEY="${SECKILL_PAYMENT_API_KEY:-$(new_secret)}"
   if provider_ok "$port"; then
     provider_takes_key "$port" ||
@@ -190,6 +195,7 @@ provider_up() { # BIN PORT DATABASE [FLAGS...]
   as_postgres psql -q -p "$PG_PORT" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 ||
     as_postgres createdb -p "$PG_PORT" -O seckill "$db"
   mkdir -p "$RUN_DIR"
+  (umask 077 && printf '%s' "$SECKILL_PAYMENT_API_KEY" >"$kept")
   log "starting the payment provider on 127.0.0.1:$port (ledger: database $db)"
   PROVIDER_API_KEY="$SECKILL_PAYMENT_API_KEY" "$bin" --listen "127.0.0.1:$port" --test-controls \
     --database-url "postgres://seckill:seckill@127.0.0.1:$PG_PORT/$db" "$@" \

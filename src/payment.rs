@@ -85,13 +85,14 @@ impl Provider {
     }
 
     /// Whether the provider can be reached and takes our key: one lookup of a charge nobody
-    /// made (404 is the answer of a provider that is there and lets us in). The error says
-    /// why not, for the log and `/readyz`.
-    pub async fn check(&self) -> Result<(), String> {
+    /// made, within `limit`. Its answer must be the provider's own 404 (`no_such_charge`):
+    /// any 404 would also be a wrong `--payment-url` (another server, a path prefix too
+    /// many), which can charge nothing. The error says why not, for the log and `/readyz`.
+    pub async fn check(&self, limit: Duration) -> Result<(), String> {
         let response = self
             .http
             .get(format!("{}/v1/charges/seckill-readiness-probe", self.url))
-            .timeout(self.timeout)
+            .timeout(self.timeout.min(limit))
             .send()
             .await
             .map_err(|e| {
@@ -102,7 +103,14 @@ impl Provider {
                 )
             })?;
         match response.status().as_u16() {
-            200 | 404 => Ok(()),
+            200 => Ok(()),
+            404 => match response.json::<serde_json::Value>().await {
+                Ok(body) if body["error"] == "no_such_charge" => Ok(()),
+                _ => Err(format!(
+                    "{} answers 404 but not as a payment provider: is --payment-url right?",
+                    self.url
+                )),
+            },
             401 | 403 => Err(format!(
                 "the payment provider at {} refused our API key ({}): check --payment-api-key",
                 self.url,

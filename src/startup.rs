@@ -111,7 +111,7 @@ impl Application {
         )?;
         // Not fatal (in a compose file the provider may start after us), but said now, and
         // `/readyz` stays 503 naming the provider until it answers and takes our key.
-        if let Err(why) = payment.check().await {
+        if let Err(why) = payment.check(config.payment_timeout()).await {
             tracing::error!(%why, "the payment provider cannot be used: no charge can be made until it can");
         }
         let tasks = TaskTracker::new();

@@ -296,13 +296,17 @@ impl ApiError {
     /// would not pick, 408 say: the body says the status sent).
     fn body_as(&self, status: StatusCode) -> String {
         match self {
-            ApiError::Domain(error) => ApiError::body_of(error),
+            ApiError::Domain(error) => ApiError::domain_body(error, status),
             other => write_body(other.code(), &other.to_string(), None, status),
         }
     }
 
     /// A domain error's JSON body, as sent. Logs server-side causes once, here.
     pub fn body_of(error: &Error) -> String {
+        ApiError::domain_body(error, status_of(error))
+    }
+
+    fn domain_body(error: &Error, status: StatusCode) -> String {
         match error {
             Error::Unavailable(cause) => {
                 tracing::warn!(error = format!("{cause:#}"), "unavailable")
@@ -312,12 +316,7 @@ impl ApiError {
             }
             _ => {}
         }
-        write_body(
-            error.code(),
-            &error.to_string(),
-            error.order_id(),
-            status_of(error),
-        )
+        write_body(error.code(), &error.to_string(), error.order_id(), status)
     }
 }
 
@@ -350,9 +349,15 @@ pub fn with_status(error: ApiError, status: StatusCode) -> Response {
 /// reservations), or clients poll it as fast as they can. `retry_after` is the answer's own
 /// figure in seconds (a queue's time to be served), or 1.
 pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>) -> Response {
+    // A kept answer replayed through here may be a success (`POST /orders`' 201).
+    let kind = if status.is_client_error() || status.is_server_error() {
+        PROBLEM_JSON
+    } else {
+        "application/json"
+    };
     let mut response = (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON))],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(kind))],
         body,
     )
         .into_response();

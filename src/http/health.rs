@@ -16,6 +16,10 @@ pub fn router() -> Router<AppState> {
         .route("/readyz", get(readyz))
 }
 
+/// How long `/readyz` waits for PostgreSQL or the payment provider: under the probes' own
+/// timeouts (Docker's 3 s here), so a slow answer reads as not ready rather than no answer.
+const CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `ok` or `unavailable`.
 #[derive(Clone, Copy, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -91,30 +95,24 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
     // Probes are unauthenticated and may come by the thousand: PostgreSQL is asked once per
     // refresh interval for all of them, and ZooKeeper not at all (the session's own state:
     // its heartbeats already tell whether the ensemble answers).
+    // Both asked at once: a probe waits for the slower, not for both in turn.
     let db = state.db.clone();
-    let postgres = state
-        .views
-        .postgres
-        .get((), move || async move {
-            let ping = sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(&db);
-            let answered = tokio::time::timeout(std::time::Duration::from_secs(2), ping).await;
-            Ok::<_, std::convert::Infallible>(answered.is_ok_and(|r| r.is_ok()))
-        })
-        .await
-        .is_ok_and(|ok| *ok);
+    let postgres = state.views.postgres.get((), move || async move {
+        let ping = sqlx::query_scalar!(r#"SELECT 1 AS "one!""#).fetch_one(&db);
+        let answered = tokio::time::timeout(CHECK_LIMIT, ping).await;
+        Ok::<_, std::convert::Infallible>(answered.is_ok_and(|r| r.is_ok()))
+    });
     let shop = state.shop.clone();
-    let payment_provider = state
-        .views
-        .payment_provider
-        .get((), move || async move {
-            let checked = shop.payment().check().await;
-            if let Err(why) = &checked {
-                tracing::warn!(%why, "not ready: the payment provider cannot be used");
-            }
-            Ok::<_, std::convert::Infallible>(checked)
-        })
-        .await
-        .is_ok_and(|checked| checked.is_ok());
+    let payment_provider = state.views.payment_provider.get((), move || async move {
+        let checked = shop.payment().check(CHECK_LIMIT).await;
+        if let Err(why) = &checked {
+            tracing::warn!(%why, "not ready: the payment provider cannot be used");
+        }
+        Ok::<_, std::convert::Infallible>(checked)
+    });
+    let (postgres, payment_provider) = tokio::join!(postgres, payment_provider);
+    let postgres = postgres.is_ok_and(|ok| *ok);
+    let payment_provider = payment_provider.is_ok_and(|checked| checked.is_ok());
     let zookeeper = state.zk.connected();
     let (ensemble, guarding) = match *state.standing.borrow() {
         Standing::Guarding => (Ensemble::Guarding, None),

@@ -147,8 +147,15 @@ fn share(operation: &mut Operation) {
         let RefOr::T(response) = response else {
             continue;
         };
-        // Every error answer is problem details (the handlers' annotations say JSON).
-        if status.starts_with(['4', '5']) {
+        // Every error answer is problem details (the handlers' annotations say JSON); a
+        // document of its own (`/readyz`'s 503 `Readiness`) stays JSON.
+        let is_error = |content: &utoipa::openapi::Content| matches!(&content.schema, Some(RefOr::Ref(r)) if r.ref_location.ends_with("/Error"));
+        if status.starts_with(['4', '5'])
+            && response
+                .content
+                .get("application/json")
+                .is_some_and(is_error)
+        {
             if let Some(content) = response.content.shift_remove("application/json") {
                 response.content.insert(PROBLEM_JSON.into(), content);
             }

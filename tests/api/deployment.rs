@@ -180,9 +180,17 @@ async fn a_sale_pays_over_https_and_postgres_at_sslmode_require() {
 #[tokio::test]
 async fn an_instance_that_cannot_charge_is_not_ready_and_says_the_payment_provider() {
     let env = TestEnv::new().await;
-    let ready = readiness(&env.spawn_app(&[]).await.base_url).await;
+    let good = env.spawn_app(&[]).await;
+    let ready = readiness(&good.base_url).await;
     assert_eq!(ready.status, StatusCode::OK, "{ready:?}");
     assert_eq!(ready.body["payment_provider"], "ok");
+
+    // A URL whose server answers 404 to everything it does not know (here: seckill itself)
+    // is not a payment provider, however readily it answers.
+    let elsewhere = env.spawn_app(&["--payment-url", &good.base_url]).await;
+    let ready = readiness(&elsewhere.base_url).await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE, "{ready:?}");
+    assert_eq!(ready.body["payment_provider"], "unavailable");
 
     // A key the provider refuses.
     let wrong_key = env.spawn_app(&["--payment-api-key", "not-the-key"]).await;
@@ -327,6 +335,10 @@ async fn every_error_is_problem_details_whose_type_resolves() {
             .header("content-type", "application/json")
             .body("{not json"),
         http().delete(format!("{base}/api/products")),
+        // The static files' own refusal (416), put in our shape with its status kept.
+        http()
+            .get(format!("{base}/"))
+            .header("range", "bytes=99999999-"),
     ] {
         let response = request.send().await.unwrap();
         let status = response.status();
@@ -347,6 +359,19 @@ async fn every_error_is_problem_details_whose_type_resolves() {
         assert_eq!(described.status, StatusCode::OK, "{described:?}");
         assert_eq!(described.body["code"], code);
         assert_eq!(described.body["title"], body["title"], "one title per type");
+    }
+    // A success is plain JSON, kept answers (a replay) included.
+    let product = create_product(base, 1, "zk").await;
+    for _ in 0..2 {
+        let sold = http()
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", "problem-test-key")
+            .json(&json!({"product_id": product, "user_id": "p"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sold.status(), StatusCode::CREATED);
+        assert_eq!(sold.headers()["content-type"], "application/json");
     }
     let all = send(http().get(format!("{base}/problems"))).await.unwrap();
     assert!(

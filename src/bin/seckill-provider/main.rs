@@ -42,7 +42,8 @@ use sqlx::PgPool;
 
 use settings::{Faults, Settings};
 
-#[derive(Parser, Debug)]
+// No Debug: it holds the API key.
+#[derive(Parser)]
 #[command(
     name = "seckill-provider",
     about = "A payment provider with its own ledger, for seckill's tests and demo"

@@ -48,7 +48,8 @@ impl TlsListener {
         let local = tcp.local_addr()?;
         let (ready, done) = mpsc::channel(64);
         tokio::spawn(async move {
-            loop {
+            // Until the server stops taking connections (shutdown drops the listener).
+            while !ready.is_closed() {
                 let (stream, peer) = match tcp.accept().await {
                     Ok(accepted) => accepted,
                     Err(e) => {

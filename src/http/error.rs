@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::problems::Problem;
 use crate::error::Error;
 use crate::lock::LockError;
 
@@ -76,7 +77,7 @@ pub struct ErrorBody<'a> {
     status: u16,
     /// This occurrence, for people; may change.
     detail: &'a str,
-    /// A stable code from [`PROBLEMS`]: match on this, not on the message.
+    /// A stable code from [`super::problems::PROBLEMS`]: match on this, not on the message.
     #[schema(value_type = String)]
     error: &'a str,
     /// The same as `detail` (the API's first shape).
@@ -85,145 +86,6 @@ pub struct ErrorBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<Uuid>,
 }
-
-/// A problem type: a code and its title (`GET /problems/{code}`).
-#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
-pub struct Problem {
-    pub code: &'static str,
-    pub title: &'static str,
-}
-
-impl Problem {
-    /// The problem type's URI, relative to the API's address.
-    pub fn uri(&self) -> String {
-        format!("/problems/{}", self.code)
-    }
-
-    pub fn of(code: &str) -> Option<&'static Problem> {
-        PROBLEMS.iter().find(|p| p.code == code)
-    }
-}
-
-/// Every code an answer can carry, with its title, in the order of the API page's table of
-/// codes (docs/api.md).
-pub const PROBLEMS: [Problem; 29] = [
-    Problem {
-        code: "invalid_request",
-        title: "The request is malformed",
-    },
-    Problem {
-        code: "unauthorized",
-        title: "An admin bearer token is required",
-    },
-    Problem {
-        code: "payment_failed",
-        title: "The payment was declined",
-    },
-    Problem {
-        code: "admin_disabled",
-        title: "Admin endpoints are disabled",
-    },
-    Problem {
-        code: "demo_disabled",
-        title: "Demos are disabled on this server",
-    },
-    Problem {
-        code: "unknown_product",
-        title: "No such product",
-    },
-    Problem {
-        code: "order_not_found",
-        title: "No such order",
-    },
-    Problem {
-        code: "not_found",
-        title: "No such route",
-    },
-    Problem {
-        code: "no_lock",
-        title: "The product's guard takes no such lock",
-    },
-    Problem {
-        code: "method_not_allowed",
-        title: "Method not allowed",
-    },
-    Problem {
-        code: "sold_out",
-        title: "Sold out",
-    },
-    Problem {
-        code: "purchase_limit",
-        title: "Over the purchase limit",
-    },
-    Problem {
-        code: "too_many_unpaid",
-        title: "Too many unpaid reservations",
-    },
-    Problem {
-        code: "idempotency_in_progress",
-        title: "A request with this key is in progress",
-    },
-    Problem {
-        code: "reservation_expired",
-        title: "The reservation expired",
-    },
-    Problem {
-        code: "payment_in_progress",
-        title: "A payment for this order is in progress",
-    },
-    Problem {
-        code: "order_not_payable",
-        title: "The order cannot be paid",
-    },
-    Problem {
-        code: "payload_too_large",
-        title: "Request body too large",
-    },
-    Problem {
-        code: "unsupported_media_type",
-        title: "Unsupported media type",
-    },
-    Problem {
-        code: "idempotency_mismatch",
-        title: "This key was used for another request",
-    },
-    Problem {
-        code: "unprocessable",
-        title: "The request cannot be processed",
-    },
-    Problem {
-        code: "too_busy",
-        title: "Too busy: try again later",
-    },
-    Problem {
-        code: "rate_limited",
-        title: "Too many requests from this client",
-    },
-    Problem {
-        code: "lock_timeout",
-        title: "The product's lock was not acquired in time",
-    },
-    Problem {
-        code: "lock_lost",
-        title: "The product's lock was lost",
-    },
-    Problem {
-        code: "payment_busy",
-        title: "The payment provider is at its limit",
-    },
-    Problem {
-        code: "outcome_pending",
-        title: "The outcome is not known yet",
-    },
-    Problem {
-        code: "unavailable",
-        title: "Service unavailable",
-    },
-    Problem {
-        code: "internal",
-        title: "Internal error",
-    },
-];
 
 /// A domain error's status.
 pub fn status_of(error: &Error) -> StatusCode {
@@ -405,6 +267,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::problems::PROBLEMS;
 
     #[test]
     fn every_code_is_listed_for_the_api_description() {

@@ -51,6 +51,7 @@ pub async fn place(
     db: &PgPool,
     key: String,
     request: OrderRequest,
+    arrived: std::time::Instant,
     client_gone: oneshot::Receiver<()>,
     encode: Encode,
 ) -> Kept {
@@ -60,7 +61,7 @@ pub async fn place(
         encode(&answer)
     };
     let window = shop.attempt_window();
-    let admitted = match shop.admit(&request, true).await {
+    let admitted = match shop.admit(&request, true, arrived).await {
         Ok(admitted) => admitted,
         // Refused before any work began (sold out, an unknown product, terms the order can
         // never meet, the buyer's limit, a queue that cannot serve it in time): nothing is

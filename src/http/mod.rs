@@ -184,7 +184,10 @@ fn no_nul(mut request: Request) -> Request {
 /// What every request goes through in its span: timed for `/metrics`, refused early if the
 /// length it declares is over the cap, bounded in time, and any error answer given our JSON
 /// shape.
-async fn edge(request: Request, next: Next, limit: std::time::Duration) -> Response {
+async fn edge(mut request: Request, next: Next, limit: std::time::Duration) -> Response {
+    request
+        .extensions_mut()
+        .insert(Arrived(std::time::Instant::now()));
     let timing = metrics::Timing::start(&request);
     let response = match declared_too_large(&request) {
         Some(refused) => refused,
@@ -257,6 +260,24 @@ async fn json_errors(response: Response) -> Response {
     };
     // Keep the status even where our variant would pick a neighbour (e.g. 408, 422).
     error::with_status(error, status)
+}
+
+/// When the request arrived, as the edge's time bound counts it: an order's deadline runs
+/// from here, so the order answers within its margin before that bound, however long its
+/// admission took (a busy pool, a slow upload), never cut off by a bare 503.
+#[derive(Clone, Copy)]
+pub struct Arrived(pub std::time::Instant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrived {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Arrived>()
+            .copied()
+            .unwrap_or(Arrived(std::time::Instant::now())))
+    }
 }
 
 /// `axum::extract::Path`, but its rejections (a segment that is not valid UTF-8, say) answer

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::error::{json_response, retry_after, status_of, ApiError, ErrorBody};
 use super::AppState;
-use super::{parse_id, Json, Path};
+use super::{parse_id, Arrived, Json, Path};
 use crate::config::Config;
 use crate::error::Error;
 use crate::idempotency::{self, Kept};
@@ -59,6 +59,7 @@ pub fn router(config: &Config) -> Router<AppState> {
     ))]
 async fn create(
     State(state): State<AppState>,
+    Arrived(arrived): Arrived,
     IdempotencyKey(key): IdempotencyKey,
     Json(new): Json<NewOrder>,
 ) -> Result<Response, ApiError> {
@@ -71,7 +72,7 @@ async fn create(
             // Refused by the checks that write nothing: answered in the request's own task.
             // The crowd after a sell-out, or beyond what a queue can serve in time, is most
             // of a flash sale's traffic, and costs no task of its own.
-            let admitted = match state.shop.admit(&request, false).await {
+            let admitted = match state.shop.admit(&request, false, arrived).await {
                 Ok(admitted) => admitted,
                 Err(refused) => {
                     let answer = Err(refused);
@@ -91,7 +92,7 @@ async fn create(
         Some(key) => state.tasks.clone().spawn(
             async move {
                 let (shop, db) = (&state.shop, &state.db);
-                idempotency::place(shop, db, key, request, client_gone, encode).await
+                idempotency::place(shop, db, key, request, arrived, client_gone, encode).await
             }
             .instrument(tracing::Span::current()),
         ),
@@ -163,13 +164,13 @@ fn respond(kept: Kept) -> Response {
     ))]
 async fn pay(
     State(state): State<AppState>,
+    Arrived(arrived): Arrived,
     Path(id): Path<String>,
 ) -> Result<Json<Order>, ApiError> {
     let id = parse_id(&id, "order id")?;
-    let task = state
-        .tasks
-        .clone()
-        .spawn(async move { state.shop.pay(id).await }.instrument(tracing::Span::current()));
+    let task = state.tasks.clone().spawn(
+        async move { state.shop.pay(id, arrived).await }.instrument(tracing::Span::current()),
+    );
     let order = task
         .await
         .map_err(|e| ApiError::Domain(Error::Internal(e.into())))??;

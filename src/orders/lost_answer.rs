@@ -45,7 +45,9 @@ impl Shop {
             pay: false,
         }
         .parse()?;
-        let admitted = self.admit(&request, false).await?;
+        let admitted = self
+            .admit(&request, false, std::time::Instant::now())
+            .await?;
         let (_here, gone) = oneshot::channel();
         let order = self.place(admitted, None, gone).await?;
         if let Err(e) = self.payment.lose_answers(&intent_key(order.id)).await {
@@ -58,7 +60,7 @@ impl Shop {
     /// Pays the demo's reservation: every answer is lost until its attempt gives up (the
     /// intent stays pending), then the provider answers again and the sweep settles it.
     pub async fn pay_losing_the_answer(&self, id: Uuid) {
-        let answer = self.pay(id).await;
+        let answer = self.pay(id, std::time::Instant::now()).await;
         tracing::info!(order = %id, answer = ?answer.as_ref().map(|o| o.status).map_err(Error::code), "lost-answer demo: the order's attempt is over");
         let key = intent_key(id);
         // Until the provider answers again, the sweep's asking goes unanswered too. (The

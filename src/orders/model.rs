@@ -139,7 +139,8 @@ pub struct Ticket {
     /// later attempt (past this one's deadline) makes this order sell nothing.
     pub key: Option<String>,
     pub attempt: Option<Uuid>,
-    /// When it was placed: its time in the queue is measured from here.
+    /// When its request arrived: its deadline (`--request-timeout-ms` later) and its time
+    /// in the queue are measured from here.
     pub placed: Instant,
 }
 

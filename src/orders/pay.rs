@@ -34,9 +34,10 @@ pub fn intent_key(order_id: Uuid) -> String {
 }
 
 impl Shop {
-    /// Pays a reservation (see [`pay`]).
-    pub async fn pay(&self, id: Uuid) -> Result<Order, Error> {
-        pay(self, id).await
+    /// Pays a reservation (see [`pay`]) by `--request-timeout-ms` after its request
+    /// `arrived`.
+    pub async fn pay(&self, id: Uuid, arrived: std::time::Instant) -> Result<Order, Error> {
+        pay(self, id, Instant::from_std(arrived)).await
     }
 
     /// How long one attempt at an order may run: its request's time, and the margin it keeps
@@ -50,7 +51,7 @@ impl Shop {
 /// only if its reservation is still running, in one transaction; the expiry sweep moves
 /// `reserved` → `expired` with the opposite condition. PostgreSQL serialises the two on the
 /// order's row, so a payment racing the expiry ends in exactly one of them.
-async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
+async fn pay(shop: &Shop, id: Uuid, arrived: Instant) -> Result<Order, Error> {
     let db = &shop.db;
     let claimed = match intents::claim_for_payment(db, id, &intent_key(id)).await {
         Ok(claimed) => claimed,
@@ -74,7 +75,9 @@ async fn pay(shop: &Shop, id: Uuid) -> Result<Order, Error> {
             _ => Err(Error::NotPayable { order_id: id }),
         };
     };
-    let deadline = Instant::now() + shop.rules.request_timeout;
+    // From the request's arrival, as the HTTP layer's own bound runs: the answer keeps its
+    // margin before that bound however long the claim took.
+    let deadline = arrived + shop.rules.request_timeout;
     settle(shop, order, deadline, Claimed::Reservation).await
 }
 

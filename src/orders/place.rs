@@ -26,6 +26,9 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// An order that passed every check made before anything is written.
 pub struct Admitted {
+    /// When its request arrived: its deadline runs from here, so the time admission took
+    /// (a busy pool, the key's read) is not added on top of the request's.
+    arrived: Instant,
     terms: Arc<Terms>,
     user_id: String,
     quantity: i32,
@@ -50,6 +53,7 @@ impl Shop {
         &self,
         request: &OrderRequest,
         check_limit: bool,
+        arrived: Instant,
     ) -> Result<Admitted, Error> {
         let product_id = request.product_id();
         // The flood after a sale ends here: no lock, no write, no order row.
@@ -90,6 +94,7 @@ impl Shop {
             }
         }
         Ok(Admitted {
+            arrived,
             terms,
             user_id: request.user_id().to_string(),
             quantity,
@@ -140,6 +145,7 @@ impl Shop {
         client_gone: oneshot::Receiver<()>,
     ) -> Answer {
         let Admitted {
+            arrived,
             terms,
             user_id,
             quantity,
@@ -154,7 +160,7 @@ impl Shop {
             pay,
             key: key.map(|(key, _)| key.to_string()),
             attempt: key.map(|(_, attempt)| attempt),
-            placed: Instant::now(),
+            placed: arrived,
         };
         let span = tracing::info_span!("order", order_id = %ticket.id, product = terms.id);
         // A future is as large as its largest state, and an order's task is allocated whole

@@ -15,8 +15,7 @@ use utoipa::openapi::{
 use utoipa::Number;
 use utoipa::{Modify, OpenApi};
 
-use super::error::PROBLEM_JSON;
-use super::problems::PROBLEMS;
+use super::error::{PROBLEMS, PROBLEM_JSON};
 use super::AppState;
 use super::{events, health, metrics, money, orders, problems, products, recipes};
 use crate::inventory;

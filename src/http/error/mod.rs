@@ -13,9 +13,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::problems::Problem;
 use crate::error::Error;
 use crate::lock::LockError;
+
+mod types;
+pub use types::{Problem, PROBLEMS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -77,7 +79,7 @@ pub struct ErrorBody<'a> {
     status: u16,
     /// This occurrence, for people; may change.
     detail: &'a str,
-    /// A stable code from [`super::problems::PROBLEMS`]: match on this, not on the message.
+    /// A stable code from [`PROBLEMS`]: match on this, not on the message.
     #[schema(value_type = String)]
     error: &'a str,
     /// The same as `detail` (the API's first shape).
@@ -267,7 +269,6 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::problems::PROBLEMS;
 
     #[test]
     fn every_code_is_listed_for_the_api_description() {

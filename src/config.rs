@@ -97,7 +97,7 @@ pub struct Config {
     pub max_connections: usize,
 
     /// Most open connections one client address may hold on this instance (and never more
-    /// than half of --max-connections); beyond it, 503 `too_busy` and closed. A trusted
+    /// than half of --max-connections); beyond it, 503 `overloaded` and closed. A trusted
     /// proxy is not held to it: it carries many clients.
     #[arg(
         long,
@@ -125,12 +125,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(8192..=1_048_576))]
     pub max_header_bytes: u32,
 
-    /// Most `GET /api/events` streams open at once per instance; beyond it 503 `too_busy`.
+    /// Most `GET /api/events` streams open at once per instance; beyond it 503 `overloaded`.
     #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = 256)]
     pub max_event_streams: usize,
 
     /// Most `GET /api/events` streams one client may hold (and never more than half of
-    /// --max-event-streams); beyond it 503 `too_busy`.
+    /// --max-event-streams); beyond it 503 `overloaded`.
     #[arg(
         long,
         env = "SECKILL_MAX_EVENT_STREAMS_PER_CLIENT",

@@ -207,29 +207,6 @@ impl Error {
             _ => None,
         }
     }
-
-    /// Whether the outcome may differ on a retry (so it is not kept for idempotent replay):
-    /// the passing failures (the ones answered 503, 429 or 500), and the conflicts that end
-    /// on their own.
-    pub fn is_transient(&self) -> bool {
-        use Error::*;
-        matches!(
-            self,
-            LockTimeout { .. }
-                | LockLost { .. }
-                | PaymentBusy { .. }
-                | OutcomePending { .. }
-                | Unavailable(_)
-                | TooBusy
-                | QueueFull { .. }
-                | Internal(_)
-                | IdempotencyInProgress
-                | PaymentInProgress { .. }
-                // Room comes back as reservations are paid or expire: "try later" must work
-                // with the same key.
-                | TooManyUnpaid
-        )
-    }
 }
 
 /// A lock not granted: the same answer for every caller (orders add their id with
@@ -289,16 +266,6 @@ mod tests {
         assert_eq!(code(sqlx::Error::Tls("handshake".into())), "unavailable");
         assert_eq!(code(sqlx::Error::PoolTimedOut), "unavailable");
         assert_eq!(code(sqlx::Error::ColumnNotFound("x".into())), "internal");
-    }
-
-    #[test]
-    fn transient_outcomes_are_not_kept() {
-        let id = uuid::Uuid::nil();
-        assert!(Error::LockTimeout { order_id: Some(id) }.is_transient());
-        assert!(Error::TooBusy.is_transient());
-        assert!(Error::TooManyUnpaid.is_transient());
-        assert!(!Error::SoldOut { order_id: None }.is_transient());
-        assert!(!Error::PaymentFailed { order_id: id }.is_transient());
     }
 
     #[test]

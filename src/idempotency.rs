@@ -5,8 +5,8 @@
 //! It wraps the order flow: the checks that write nothing run first (a request they refuse
 //! leaves no key row, and its replay is decided again), then the key's row is inserted (the primary key lets exactly one
 //! request win, wherever it runs), the order is placed, and the row is completed with the
-//! answer. A transient outcome (503, 429, 500) is not kept: the row is deleted so a retry
-//! runs afresh. What an answer looks like on the wire is the HTTP layer's to say (an
+//! answer. A retryable answer (the HTTP layer's table says which) is not kept: the row is
+//! deleted so a retry runs afresh. What an answer looks like on the wire is the HTTP layer's to say (an
 //! [`Encode`]); this module keeps it as given.
 
 use std::time::Duration;
@@ -26,8 +26,8 @@ pub struct Kept {
     pub body: String,
     /// Whether this is a replay of a kept answer.
     pub replayed: bool,
-    /// A "try later" answer (never kept): the seconds after which the client should ask
-    /// again.
+    /// A retryable answer's `Retry-After` seconds; such an answer is never kept, so the
+    /// retry it invites runs afresh.
     pub retry_after: Option<u64>,
 }
 
@@ -102,8 +102,8 @@ pub async fn place(
     let answer = shop
         .place(admitted, Some((&key, attempt)), client_gone)
         .await;
-    let transient = answer.as_ref().is_err_and(Error::is_transient);
     let kept = first(answer);
+    let transient = kept.retry_after.is_some();
     // The answer is due now: a database that does not answer (an outage, where a pool
     // connection takes seconds to fail) must not hold it up past the request's time.
     let finished = tokio::time::timeout(FINISH_WAIT, finish(db, &key, attempt, &kept, transient))

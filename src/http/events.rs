@@ -2,7 +2,7 @@
 //!
 //! Each stream holds a connection for as long as it lasts, so streams are capped per client
 //! (`--max-event-streams-per-client`) and per instance (`--max-event-streams`); beyond
-//! either, 503 `too_busy` with Retry-After, and the connection is closed. Each stream ends
+//! either, 503 `overloaded` with Retry-After, and the connection is closed. Each stream ends
 //! after `--event-stream-max-s` (the browser's EventSource reconnects on its own): idle
 //! streams cannot pile up and take the sockets every other request needs, and one client
 //! cannot take every stream.
@@ -70,7 +70,7 @@ enum EventKind {
 #[utoipa::path(get, path = "/api/events", operation_id = "events", tag = "teaching",
     responses(
         (status = 200, description = "Server-sent events: `product` (a product, on every stock change), `queue` (a lock view, when lock nodes change), `demo` (crash/zombie outcomes), from every instance; the stream ends after `--event-stream-max-s`", content_type = "text/event-stream", body = ServerEvent),
-        (status = 503, description = "`too_busy`: this client has `--max-event-streams-per-client` streams open, or the instance `--max-event-streams`; the connection is closed", body = ErrorBody<'static>),
+        (status = 503, description = "`overloaded`: this client has `--max-event-streams-per-client` streams open, or the instance `--max-event-streams`; the connection is closed", body = ErrorBody<'static>),
     ))]
 pub(super) async fn events(
     State(state): State<AppState>,

@@ -167,7 +167,7 @@ fn share(operation: &mut Operation) {
                 .description(Some("The request's id"))
                 .build(),
         );
-        if status == "429" || status == "503" {
+        if status.starts_with(['4', '5']) {
             response.headers.insert(
                 "retry-after".into(),
                 HeaderBuilder::new()
@@ -176,7 +176,9 @@ fn share(operation: &mut Operation) {
                             .schema_type(Type::String)
                             .pattern(Some("^[0-9]+$")),
                     )
-                    .description(Some("Seconds to wait before retrying"))
+                    .description(Some(
+                        "Seconds to wait before asking again: sent exactly when the body's `retryable` is true",
+                    ))
                     .build(),
             );
         }

@@ -55,7 +55,7 @@ pub fn router(config: &Config) -> Router<AppState> {
         (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
         (status = 422, description = "`idempotency_mismatch`, `unprocessable` (`quantity` over the product's `max_per_order`)", body = ErrorBody<'static>),
         (status = 429, description = "`too_busy` (this instance's queue for the product is full, or could not serve the order within the lock timeout at its recent pace: `Retry-After` is that wait), `rate_limited`", body = ErrorBody<'static>),
-        (status = 503, description = "`lock_timeout`, `lock_lost`, `payment_busy` (no payment lease before the deadline: not charged, still `reserved`), `outcome_pending` (the payment provider's answer, or a commit's, did not come back: settled in the background; the key replays the final outcome), `unavailable`, `too_busy` (connections)", body = ErrorBody<'static>),
+        (status = 503, description = "`lock_timeout`, `lock_lost`, `payment_busy` (no payment lease before the deadline: not charged, still `reserved`), `outcome_pending` (the payment provider's answer, or a commit's, did not come back: settled in the background; the key replays the final outcome), `unavailable`, `overloaded` (this instance is at its connection cap)", body = ErrorBody<'static>),
     ))]
 async fn create(
     State(state): State<AppState>,

@@ -23,6 +23,10 @@ pub(super) struct ProblemType {
     kind: String,
     /// The `error` code answers carry.
     code: &'static str,
+    /// The status answers with this code are sent with.
+    status: u16,
+    /// Whether the same request may succeed if sent again (after `Retry-After`).
+    retryable: bool,
     title: &'static str,
 }
 
@@ -31,6 +35,8 @@ impl From<&Problem> for ProblemType {
         ProblemType {
             kind: p.uri(),
             code: p.code,
+            status: p.status.as_u16(),
+            retryable: p.retryable,
             title: p.title,
         }
     }

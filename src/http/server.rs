@@ -2,7 +2,7 @@
 //! address and a cap for the instance, and serves each over HTTP/1.1 with a header-read
 //! timeout (which also closes keep-alive connections left idle), so no client — a
 //! slowloris, a pile of idle sockets, a flood of event streams — can take the sockets every
-//! other client needs. A connection beyond a cap gets a 503 `too_busy` and is closed rather
+//! other client needs. A connection beyond a cap gets a 503 `overloaded` and is closed rather
 //! than left hanging in the kernel's queue.
 //!
 //! The per-client cap keys on the peer address (an IPv6 peer: its /64). A trusted proxy (`--trusted-proxy`) carries

@@ -438,7 +438,7 @@ async fn more_event_streams_than_the_cap_leave_the_instance_answering() {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(response.headers().contains_key("retry-after"));
         let body: serde_json::Value = response.json().await.unwrap();
-        assert_eq!(body["error"], "too_busy", "{body}");
+        assert_eq!(body["error"], "overloaded", "{body}");
     }
     let health = send(http().get(format!("{}/healthz", app.base_url)))
         .await
@@ -516,7 +516,7 @@ async fn connections_beyond_the_cap_get_503_and_are_closed() {
     let answer = read_until_closed(&mut extra).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(
-        answer.contains("retry-after: 1") && answer.contains("\"too_busy\""),
+        answer.contains("retry-after: 1") && answer.contains("\"overloaded\""),
         "{answer}"
     );
     drop(idle);

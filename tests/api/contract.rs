@@ -101,10 +101,43 @@ fn every_status_and_error_code_in_the_api_table_is_in_the_openapi_description() 
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for row in table_after(&readme, "| code | status | meaning |") {
+    for row in table_after(&readme, "| code | status | retry | meaning |") {
         for code in row[0].split('`').skip(1).step_by(2) {
             assert!(listed.contains(code), "`{code}` is not in the Error schema");
         }
+    }
+}
+
+#[test]
+fn the_api_pages_table_of_codes_is_the_servers_in_order_status_and_retry() {
+    // The table the answers are written from, and what clients read `retryable` against:
+    // both languages' pages must say exactly what it says.
+    let served: Vec<(String, u16, bool)> = seckill::http::error::PROBLEMS
+        .iter()
+        .map(|p| (p.code.to_string(), p.status.as_u16(), p.retryable))
+        .collect();
+    for (page, heading, yes) in [
+        ("docs/api.md", "| code | status | retry | meaning |", "yes"),
+        (
+            "docs/zh-CN/api.md",
+            "| 错误码 | 状态码 | 重试 | 含义 |",
+            "是",
+        ),
+    ] {
+        let documented: Vec<(String, u16, bool)> = table_after(&doc(page), heading)
+            .iter()
+            .flat_map(|row| {
+                let status: u16 = row[1].parse().expect("a status");
+                let retry = row[2] == yes;
+                row[0]
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(move |code| (code.to_string(), status, retry))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(documented, served, "{page}'s table of codes");
     }
 }
 

@@ -343,6 +343,7 @@ async fn every_error_is_problem_details_whose_type_resolves() {
         let response = request.send().await.unwrap();
         let status = response.status();
         assert!(status.is_client_error(), "{status}");
+        let retry_after = response.headers().get("retry-after").cloned();
         assert_eq!(
             response.headers()["content-type"],
             "application/problem+json",
@@ -359,6 +360,15 @@ async fn every_error_is_problem_details_whose_type_resolves() {
         assert_eq!(described.status, StatusCode::OK, "{described:?}");
         assert_eq!(described.body["code"], code);
         assert_eq!(described.body["title"], body["title"], "one title per type");
+        // None of these can succeed as sent: final, so no Retry-After either.
+        assert_eq!(body["retryable"], false, "{body}");
+        assert_eq!(described.body["retryable"], false, "{described:?}");
+        // The type's own status (a last-net answer keeps the status it had: 416 here).
+        assert!(described.body["status"].is_u64(), "{described:?}");
+        assert!(
+            retry_after.is_none(),
+            "{status}: Retry-After {retry_after:?}"
+        );
     }
     // A success is plain JSON, kept answers (a replay) included.
     let product = create_product(base, 1, "zk").await;

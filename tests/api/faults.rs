@@ -25,12 +25,13 @@ struct Answer {
     status: StatusCode,
     code: String,
     retry_after: bool,
+    retryable: bool,
     order_id: Option<String>,
 }
 
 /// A sale driven by `buyers` buyers, `parallel` at a time, spread over the instances. Each
-/// buyer has one Idempotency-Key and retries it (after a short pause) on 503 / 429 / "in
-/// progress" until it gets a final answer. `sold` counts 201s as they come.
+/// buyer has one Idempotency-Key and retries it (after a short pause) while the answer is
+/// `retryable`, until it gets a final answer. `sold` counts 201s as they come.
 struct Sale {
     answers: Arc<Mutex<Vec<Answer>>>,
     sold: Arc<AtomicUsize>,
@@ -103,18 +104,13 @@ async fn buy(
                 status: reply.status,
                 code: reply.code().to_string(),
                 retry_after: reply.retry_after.is_some(),
+                retryable: reply.retryable(),
                 order_id: reply.body["id"].as_str().map(str::to_string),
             },
             // The instance itself is fine in these tests; a dropped connection is not.
             Err(e) => panic!("{buyer}: no answer: {e:#}"),
         };
-        let again = matches!(
-            (answer.status, answer.code.as_str()),
-            (
-                StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS,
-                _
-            ) | (StatusCode::CONFLICT, "idempotency_in_progress")
-        );
+        let again = answer.retryable;
         if answer.status == StatusCode::CREATED {
             sold.fetch_add(1, Ordering::SeqCst);
         }

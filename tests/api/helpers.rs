@@ -609,6 +609,12 @@ impl Reply {
     pub fn code(&self) -> &str {
         self.body["error"].as_str().unwrap_or("")
     }
+
+    /// Whether the answer invites the same request again: what tests, like clients, decide
+    /// retries from (never a list of codes).
+    pub fn retryable(&self) -> bool {
+        self.body["retryable"] == true
+    }
 }
 
 pub fn http() -> reqwest::Client {
@@ -635,7 +641,18 @@ pub async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Reply> {
         .get("idempotent-replayed")
         .is_some_and(|v| v == "true");
     let raw = response.text().await.context("reading body")?;
-    let body = serde_json::from_str(&raw).unwrap_or(Value::String(raw.clone()));
+    let body: Value = serde_json::from_str(&raw).unwrap_or(Value::String(raw.clone()));
+    // Every error answer of ours says whether to retry, and a retryable one says when: held
+    // on every answer any test reads.
+    if body.get("error").is_some() && (status.is_client_error() || status.is_server_error()) {
+        let retryable = body["retryable"].as_bool();
+        assert!(retryable.is_some(), "{status} without `retryable`: {raw}");
+        assert_eq!(
+            retry_after.is_some(),
+            retryable == Some(true),
+            "{status}: Retry-After {retry_after:?} with {raw}"
+        );
+    }
     Ok(Reply {
         status,
         body,

@@ -252,9 +252,7 @@ async fn a_key_whose_holder_was_killed_mid_order_gets_a_final_answer_soon_after_
         "a final answer for the key",
         || async {
             let retry = order_with_key(&other.base_url, product, "erin", "killed-1").await;
-            let pending = retry.code() == "idempotency_in_progress"
-                || retry.status == StatusCode::SERVICE_UNAVAILABLE;
-            (!pending).then_some(retry)
+            (!retry.retryable()).then_some(retry)
         },
     )
     .await;

@@ -38,7 +38,7 @@ async fn a_retry_storm_sells_each_key_once_and_replays_it_identically() {
             [StatusCode::CREATED, StatusCode::CONFLICT].contains(&reply.status),
             "buyer {i}: {reply:?}"
         );
-        if reply.code() == "idempotency_in_progress" {
+        if reply.retryable() {
             continue;
         }
         match first_final.get(&i) {
@@ -482,9 +482,8 @@ async fn a_timed_out_buyer_learns_the_outcome_by_retrying_the_key() {
 
     let outcome = wait_until(Duration::from_secs(10), "the order to finish", || async {
         let retry = order_with_key(&app.base_url, product, "patient", "slow-1").await;
-        let pending = retry.code() == "idempotency_in_progress"
-            || retry.status == StatusCode::SERVICE_UNAVAILABLE; // this retry timed out too
-        (!pending).then_some(retry)
+        // Still in progress, or this retry timed out too: ask again.
+        (!retry.retryable()).then_some(retry)
     })
     .await;
     assert_eq!(outcome.status, StatusCode::CREATED, "{outcome:?}");

@@ -3,10 +3,12 @@
 //! - Client errors answer their status with a stable `error` code and a human `message`.
 //! - Server-side trouble (database, ZooKeeper) is logged with its cause chain and answered
 //!   503 `unavailable` or 500 `internal` with a fixed message: internals never leak.
-//! - Every 503 and 429 carries `Retry-After`, so well-behaved clients back off.
+//! - Every answer says whether to ask again (`retryable`), and a retryable one carries
+//!   `Retry-After`, so clients back off without a list of codes of their own.
 //!
-//! The domain's [`Error`] knows nothing of HTTP: its status is decided here, beside the
-//! errors only the edge can have (auth, routing, body limits, connection caps).
+//! The domain's [`Error`] knows nothing of HTTP: it names its code, and the code's status and
+//! retry rule come from one table here ([`PROBLEMS`]), beside the errors only the edge can
+//! have (auth, routing, body limits, connection caps).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,7 +41,7 @@ pub enum ApiError {
     /// 429: this client sent more orders than `--orders-per-client-per-s` allows.
     #[error("too many orders from this client; slow down")]
     RateLimited,
-    /// 503: this instance is at its limit of connections or event streams.
+    /// 503 `overloaded`: this instance is at its limit of connections or event streams.
     #[error("this instance is at its limit of {0}; retry shortly")]
     Overloaded(&'static str),
     /// 413
@@ -87,32 +89,14 @@ pub struct ErrorBody<'a> {
     /// The order the error happened to, when its row exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<Uuid>,
+    /// Whether the same request may succeed if sent again (with the same `Idempotency-Key`),
+    /// after the `Retry-After` seconds a retryable answer carries. Fixed per code.
+    retryable: bool,
 }
 
-/// A domain error's status.
+/// A domain error's status: its code's, from [`PROBLEMS`].
 pub fn status_of(error: &Error) -> StatusCode {
-    use Error::*;
-    match error {
-        InvalidRequest(_) => StatusCode::BAD_REQUEST,
-        PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
-        DemoDisabled => StatusCode::FORBIDDEN,
-        UnknownProduct(_) | OrderNotFound(_) | NoLock(..) | NoSemaphore => StatusCode::NOT_FOUND,
-        SoldOut { .. }
-        | PurchaseLimit { .. }
-        | TooManyUnpaid
-        | ReservationExpired { .. }
-        | PaymentInProgress { .. }
-        | NotPayable { .. }
-        | IdempotencyInProgress => StatusCode::CONFLICT,
-        IdempotencyMismatch | Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        TooBusy | QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-        LockTimeout { .. }
-        | LockLost { .. }
-        | PaymentBusy { .. }
-        | OutcomePending { .. }
-        | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    Problem::known(error.code()).status
 }
 
 impl ApiError {
@@ -121,18 +105,7 @@ impl ApiError {
     }
 
     pub fn status(&self) -> StatusCode {
-        use ApiError::*;
-        match self {
-            Domain(error) => status_of(error),
-            Unauthorized => StatusCode::UNAUTHORIZED,
-            AdminDisabled => StatusCode::FORBIDDEN,
-            RouteNotFound => StatusCode::NOT_FOUND,
-            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
-            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        }
+        Problem::known(self.code()).status
     }
 
     /// The stable, documented code clients match on.
@@ -145,7 +118,7 @@ impl ApiError {
             RouteNotFound => "not_found",
             MethodNotAllowed => "method_not_allowed",
             RateLimited => "rate_limited",
-            Overloaded(_) => "too_busy",
+            Overloaded(_) => "overloaded",
             PayloadTooLarge(_) => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
         }
@@ -185,7 +158,7 @@ impl ApiError {
 }
 
 fn write_body(code: &str, message: &str, order_id: Option<Uuid>, status: StatusCode) -> String {
-    let problem = Problem::of(code).expect("every code is in PROBLEMS (tested)");
+    let problem = Problem::known(code);
     let body = ErrorBody {
         kind: problem.uri(),
         title: problem.title,
@@ -194,24 +167,19 @@ fn write_body(code: &str, message: &str, order_id: Option<Uuid>, status: StatusC
         error: code,
         message,
         order_id,
+        retryable: problem.retryable,
     };
     serde_json::to_string(&body).expect("error bodies serialise")
 }
 
 /// `json_errors`' answer: `error` in our shape with the status the response already had.
 pub fn with_status(error: ApiError, status: StatusCode) -> Response {
-    let retry = match &error {
-        ApiError::Domain(e) => retry_after(e),
-        _ => None,
-    };
+    let retry = error.retry_after();
     json_response(status, error.body_as(status), retry)
 }
 
-/// An error response from its parts (`application/problem+json`); every 503 and 429 gets
-/// `Retry-After`, and so does a
-/// "try later" conflict (a key or a payment still in progress, too many unpaid
-/// reservations), or clients poll it as fast as they can. `retry_after` is the answer's own
-/// figure in seconds (a queue's time to be served), or 1.
+/// An error response from its parts (`application/problem+json`), with `Retry-After` when
+/// the answer is retryable (`retry_after`: its seconds, at least 1).
 pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>) -> Response {
     // A kept answer replayed through here may be a success (`POST /orders`' 201).
     let kind = if status.is_client_error() || status.is_server_error() {
@@ -225,8 +193,7 @@ pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>)
         body,
     )
         .into_response();
-    let busy = status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS;
-    if let Some(seconds) = retry_after.or(busy.then_some(1)) {
+    if let Some(seconds) = retry_after {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
@@ -234,13 +201,23 @@ pub fn json_response(status: StatusCode, body: String, retry_after: Option<u64>)
     response
 }
 
-/// The `Retry-After` seconds of a "try later" answer (none for a final one).
+/// The `Retry-After` seconds of a retryable answer (none for a final one): the error's own
+/// figure (a queue's time to be served), or 1.
 pub fn retry_after(error: &Error) -> Option<u64> {
-    error.is_transient().then(|| {
+    Problem::known(error.code()).retryable.then(|| {
         error
             .retry_after()
             .map_or(1, |wait| wait.as_secs_f64().ceil() as u64)
     })
+}
+
+impl ApiError {
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Domain(e) => retry_after(e),
+            other => Problem::known(other.code()).retryable.then_some(1),
+        }
+    }
 }
 
 /// RFC 9457's media type.
@@ -248,10 +225,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry = match &self {
-            ApiError::Domain(e) => retry_after(e),
-            _ => None,
-        };
+        let retry = self.retry_after();
         let overloaded = matches!(self, ApiError::Overloaded(_));
         let mut response = json_response(self.status(), self.body(), retry);
         // A refusal for want of room must free the room it took: a connection kept alive
@@ -334,36 +308,49 @@ mod tests {
     }
 
     #[test]
-    fn every_503_has_retry_after_and_a_code() {
+    fn a_retryable_answer_says_so_and_carries_retry_after_and_a_final_one_neither() {
         let id = Uuid::nil();
-        for err in [
-            Error::LockTimeout { order_id: Some(id) },
-            Error::LockLost { order_id: None },
-            Error::PaymentBusy { order_id: id },
-            Error::OutcomePending { order_id: Some(id) },
-            Error::Unavailable(anyhow::anyhow!("db down")),
-        ] {
-            let code = err.code();
-            let response = ApiError::from(err).into_response();
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
-            assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{code}");
-        }
-        // The conflicts that end on their own say when to ask again; final ones do not.
-        for (err, retry) in [
+        for (err, retryable) in [
+            (Error::LockTimeout { order_id: Some(id) }, true),
+            (Error::LockLost { order_id: None }, true),
+            (Error::PaymentBusy { order_id: id }, true),
+            (Error::OutcomePending { order_id: Some(id) }, true),
+            (Error::Unavailable(anyhow::anyhow!("db down")), true),
+            (Error::Internal(anyhow::anyhow!("a bug")), true),
+            (Error::TooBusy, true),
+            // The conflicts that end on their own say when to ask again; final ones do not.
             (Error::IdempotencyInProgress, true),
             (Error::PaymentInProgress { order_id: id }, true),
             (Error::TooManyUnpaid, true),
             (Error::SoldOut { order_id: None }, false),
+            (Error::PaymentFailed { order_id: id }, false),
+            (Error::invalid("x"), false),
         ] {
             let code = err.code();
-            let response = ApiError::from(err).into_response();
-            assert_eq!(response.status(), StatusCode::CONFLICT, "{code}");
-            assert_eq!(
-                response.headers().get(header::RETRY_AFTER).is_some(),
-                retry,
-                "{code}"
-            );
+            let error = ApiError::from(err);
+            let body: serde_json::Value = serde_json::from_str(&error.body()).unwrap();
+            assert_eq!(body["retryable"], retryable, "{code}");
+            let response = error.into_response();
+            let wait = response.headers().get(header::RETRY_AFTER);
+            assert_eq!(wait.is_some(), retryable, "{code}");
+            if retryable {
+                assert_eq!(wait.unwrap(), "1", "{code}");
+            }
         }
+        // A queue's own wait, rounded up; an edge refusal, retryable too.
+        let full = ApiError::from(Error::QueueFull {
+            retry_after: std::time::Duration::from_millis(2100),
+        })
+        .into_response();
+        assert_eq!(full.headers()[header::RETRY_AFTER], "3");
+        let overloaded = ApiError::Overloaded("connections").into_response();
+        assert_eq!(overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(overloaded.headers()[header::RETRY_AFTER], "1");
+        assert!(ApiError::Unauthorized
+            .into_response()
+            .headers()
+            .get(header::RETRY_AFTER)
+            .is_none());
     }
 
     #[test]
@@ -377,27 +364,13 @@ mod tests {
     }
 
     #[test]
-    fn transient_errors_are_the_ones_answered_503_429_or_500() {
-        // The domain decides what an idempotent replay keeps without knowing statuses: both
-        // must agree, or a kept answer could be a passing one.
-        let id = Uuid::nil();
-        for err in [
-            Error::invalid("x"),
-            Error::SoldOut { order_id: None },
-            Error::PaymentFailed { order_id: id },
-            Error::LockLost { order_id: None },
-            Error::TooBusy,
-            Error::Internal(anyhow::anyhow!("x")),
-            Error::PaymentBusy { order_id: id },
-            Error::UnknownProduct(1),
-        ] {
-            let status = status_of(&err).as_u16();
-            assert_eq!(
-                err.is_transient(),
-                matches!(status, 503 | 429 | 500),
-                "{}",
-                err.code()
-            );
+    fn every_503_429_and_500_is_retryable() {
+        // A client that only knows statuses (a proxy, a generic HTTP library) retries these:
+        // the table must not tell it otherwise.
+        for problem in &PROBLEMS {
+            if matches!(problem.status.as_u16(), 503 | 429 | 500) {
+                assert!(problem.retryable, "{}", problem.code);
+            }
         }
     }
 }

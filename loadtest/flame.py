@@ -1,7 +1,7 @@
 """A flame graph from `perf script` output, with no tool but Python.
 
     perf record -e cpu-clock -F 997 --call-graph dwarf -p PID -o perf.data -- sleep 10
-    perf script -i perf.data | python3 loadtest/flame.py TITLE OUT.svg [OUT.folded]
+    perf script -i perf.data | python3 -m loadtest.flame TITLE OUT.svg [OUT.folded]
 
 Stacks are folded (root first, one line per distinct stack with its sample count), names
 shortened (Rust's hash suffix and generic arguments dropped), and drawn as a flame graph: a
@@ -9,15 +9,19 @@ box's width is its share of the samples; hovering shows the name and the share. 
 file is what inferno or Brendan Gregg's flamegraph.pl would also take.
 """
 
-import html
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .common import svg as draw
 
 HASH = re.compile(r"::h[0-9a-f]{16}$")
 
 
-def short(name):
+def short(name: str) -> str:
     name = HASH.sub("", name)
     # Generic arguments and closures' decorations make names long without telling more.
     out, depth = [], 0
@@ -33,7 +37,7 @@ def short(name):
     return "".join(out).replace("{{closure}}", "{closure}")
 
 
-def fold(lines):
+def fold(lines: Iterable[str]) -> Counter[str]:
     stacks, frames, comm = Counter(), [], None
     for line in lines:
         line = line.rstrip("\n")
@@ -54,7 +58,7 @@ def fold(lines):
     return stacks
 
 
-def tree(stacks):
+def tree(stacks: Counter[str]) -> dict[str, Any]:
     root = {"n": 0, "kids": {}}
     for stack, n in stacks.items():
         node = root
@@ -65,7 +69,7 @@ def tree(stacks):
     return root
 
 
-def colour(name):
+def colour(name: str) -> str:
     h = sum(map(ord, name)) % 60
     if name.startswith(("seckill", "<seckill")):
         return f"rgb(230,{90 + h},50)"
@@ -74,7 +78,7 @@ def colour(name):
     return f"rgb(200,{170 + h // 2},{90 + h})"
 
 
-def svg(root, title, width=1200, row=16):
+def svg(root: dict[str, Any], title: str, width: int = 1200, row: int = 16) -> str:
     total = max(root["n"], 1)
     boxes, depth_max = [], 0
 
@@ -92,36 +96,28 @@ def svg(root, title, width=1200, row=16):
 
     walk(root, "all", 0, 0)
     height = (depth_max + 1) * row + 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           'font-family="monospace" font-size="11">',
-           '<rect width="100%" height="100%" fill="#fff"/>',
-           f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="14" '
-           f'font-family="sans-serif">{html.escape(title)} ({total} samples)</text>']
+    body = [draw.text(width / 2, 18, f"{title} ({total} samples)", text_anchor="middle",
+                      font_size=14, font_family="sans-serif")]
     for x, depth, w, name, n in boxes:
         y = height - (depth + 1) * row - 4
-        label = html.escape(name)
-        out.append(f'<g><title>{label} ({n} samples, {n / total:.1%})</title>'
-                   f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row - 1}" '
-                   f'fill="{colour(name)}"/>')
+        box = [draw.tooltip(f"{name} ({n} samples, {n / total:.1%})"),
+               draw.rect(x, y, w, row - 1, colour(name))]
         chars = int(w / 7)
         if chars >= 3:
-            text = name if len(name) <= chars else name[:chars - 1] + "…"
-            out.append(f'<text x="{x + 2:.2f}" y="{y + row - 4}">{html.escape(text)}</text>')
-        out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+            label = name if len(name) <= chars else name[:chars - 1] + "…"
+            box.append(draw.text(x + 2, y + row - 4, label))
+        body.append(draw.group(box))
+    return draw.document(width, height, body, font="monospace", size=11)
 
 
-def main():
-    title, out = sys.argv[1], sys.argv[2]
-    stacks = fold(sys.stdin)
-    if len(sys.argv) > 3:
-        with open(sys.argv[3], "w") as f:
-            for stack, n in sorted(stacks.items()):
-                f.write(f"{stack} {n}\n")
-    with open(out, "w") as f:
-        f.write(svg(tree(stacks), title))
+def write(lines: Iterable[str], title: str, out: Path, folded: Path | None = None) -> None:
+    """The flame graph of `perf script`'s `lines` in `out`, their folded stacks in `folded`."""
+    stacks = fold(lines)
+    if folded:
+        folded.write_text("".join(f"{stack} {n}\n" for stack, n in sorted(stacks.items())))
+    out.write_text(svg(tree(stacks), title))
 
 
 if __name__ == "__main__":
-    main()
+    folded = Path(sys.argv[3]) if len(sys.argv) > 3 else None
+    write(sys.stdin, sys.argv[1], Path(sys.argv[2]), folded)

@@ -1,5 +1,6 @@
 """Run by loadtest/latency (which starts what it needs): where an order's time goes below
 saturation, pg-atomic per-request against zk batched, read off the instances' debug lines.
+`python3 -m loadtest.latency [--seconds 20] [--rounds 2] [--rate R] [--report]`.
 
 Every server and load generator here talks to 127.0.0.1 only; each k6 step is bounded in time.
 """
@@ -10,31 +11,36 @@ import os
 import re
 import time
 from datetime import datetime
+from typing import Any
 
-from bench import RESULTS, Instances, k6_step, log
+from . import RESULTS
+from .common.text import fmt
+from .fleet import Instances, k6_step, log
 
 GUARDS = [("pg-atomic per-request", "pg-atomic", 1), ("zk batched", "zk", 256)]
 # The lines that time each stage: the lock granted, an order served by a cycle, the cycle's
 # commit, the order answered, and the request's latency (tower-http's response line).
 RUST_LOG = "seckill=debug,tower_http=debug,info"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A lock cycle read off the logs: (entered, committed, waited ms, instance).
+Cycle = tuple[float, float, int, int]
 
 
-def at(line):
+def at(line: str) -> float:
     return datetime.fromisoformat(line[:27].replace("Z", "+00:00")).timestamp()
 
 
-def field(line, name, default=None):
+def field(line: str, name: str, default: int | None = None) -> int | None:
     m = re.search(rf"\b{name}=(\d+)", line)
     return int(m.group(1)) if m else default
 
 
-def quantile(values, q):
+def quantile(values: list[float], q: float) -> float | None:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else None
 
 
-def stages(n):
+def stages(n: int) -> tuple[list[dict[str, Any]], list[Cycle]]:
     """Per paid order: lock wait, lock cycle, payment (ms); per lock cycle: (entered, committed,
     waited, instance); read off the instances' logs."""
     orders, cycles = [], []
@@ -65,7 +71,7 @@ def stages(n):
     return orders, sorted(cycles)
 
 
-def handoffs(cycles):
+def handoffs(cycles: list[Cycle]) -> tuple[list[float], float | None]:
     """Commit → next grant (ms), where the next cycle is another instance's that was already
     waiting when the lock was let go; and the share of the time the lock was held."""
     gaps = []
@@ -77,7 +83,8 @@ def handoffs(cycles):
     return gaps, (held / span if span else None)
 
 
-def run(label, guard, batch, rate, seconds, tag):
+def run(label: str, guard: str, batch: int, rate: int, seconds: int,
+        tag: str) -> dict[str, Any]:
     inst = Instances(3, tag, base_port=8391, rust_log=RUST_LOG, logs="latency-server")
     try:
         product = inst.product(guard, batch)
@@ -100,24 +107,25 @@ def run(label, guard, batch, rate, seconds, tag):
         values = [o[name] for o in orders]
         row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = quantile(values, .5), quantile(values, .99)
     row["handoff_p50_ms"], row["handoff_p99_ms"] = quantile(gaps, .5), quantile(gaps, .99)
-    log(f"{label:22} at {rate}/s: k6 p50 {fmt(row['k6_p50_ms'])} p99 {fmt(row['k6_p99_ms'])} ms; "
-        f"lock wait p99 {fmt(row['lock_wait_p99_ms'], 0)}, cycle p99 {fmt(row['cycle_p99_ms'])}, "
-        f"payment p99 {fmt(row['payment_p99_ms'])}, handoff p50 {fmt(row['handoff_p50_ms'])} ms")
+    log(f"{label:22} at {rate}/s: k6 p50 {ms(row['k6_p50_ms'])} p99 {ms(row['k6_p99_ms'])} ms; "
+        f"lock wait p99 {ms(row['lock_wait_p99_ms'], 0)}, cycle p99 {ms(row['cycle_p99_ms'])}, "
+        f"payment p99 {ms(row['payment_p99_ms'])}, handoff p50 {ms(row['handoff_p50_ms'])} ms")
     return row
 
 
-def fmt(v, digits=1):
-    return "–" if v is None else f"{v:.{digits}f}"
+def ms(v: float | None, digits: int = 1) -> str:
+    """A figure of latency.md, written as it always was: no thousands separator."""
+    return fmt(v, digits, group="")
 
 
-def report(results):
+def report(results: dict[str, Any]) -> None:
     lines = [
         "# Where an order's time goes below saturation",
         "",
         f"`loadtest/latency`, run {results['run']}: 3 instances on this {results['cores']}-core "
         "machine with PostgreSQL, ZooKeeper, the provider and k6; one hot product; an "
         f"open-model k6 step of {results['seconds']} s per row at **{results['rate']} orders/s**, "
-        f"70 % of pg-atomic per-request's saturation ({fmt(results['saturation'], 0)}/s, a k6 step "
+        f"70 % of pg-atomic per-request's saturation ({ms(results['saturation'], 0)}/s, a k6 step "
         "at 200/s in the same run). Instances log at debug (the lines that time each stage), "
         "both guards alike. Milliseconds.",
         "",
@@ -127,12 +135,12 @@ def report(results):
     ]
     for r in results["rows"]:
         lines.append(
-            f"| {r['round']} | {r['label']} | {r['paid_per_s']:.0f} | {fmt(r['k6_p50_ms'])} | "
-            f"**{fmt(r['k6_p99_ms'])}** | {fmt(r['lock_wait_p50_ms'], 0)} / {fmt(r['lock_wait_p99_ms'], 0)} | "
-            f"{fmt(r['cycle_p50_ms'])} / {fmt(r['cycle_p99_ms'])} | "
-            f"{fmt(r['payment_p50_ms'])} / {fmt(r['payment_p99_ms'])} | {r['orders_per_cycle']:.2f} | "
-            f"{fmt(r['lock_busy'] and r['lock_busy'] * 100, 0)} | {fmt(r['handoffs'], 0)} | "
-            f"{fmt(r['handoff_p50_ms'])} / {fmt(r['handoff_p99_ms'])} | {'yes' if r['exact'] else '**no**'} |")
+            f"| {r['round']} | {r['label']} | {r['paid_per_s']:.0f} | {ms(r['k6_p50_ms'])} | "
+            f"**{ms(r['k6_p99_ms'])}** | {ms(r['lock_wait_p50_ms'], 0)} / {ms(r['lock_wait_p99_ms'], 0)} | "
+            f"{ms(r['cycle_p50_ms'])} / {ms(r['cycle_p99_ms'])} | "
+            f"{ms(r['payment_p50_ms'])} / {ms(r['payment_p99_ms'])} | {r['orders_per_cycle']:.2f} | "
+            f"{ms(r['lock_busy'] and r['lock_busy'] * 100, 0)} | {ms(r['handoffs'], 0)} | "
+            f"{ms(r['handoff_p50_ms'])} / {ms(r['handoff_p99_ms'])} | {'yes' if r['exact'] else '**no**'} |")
     lines += [
         "",
         "- **lock wait**: placed → the guard entered (pg-atomic takes its row lock inside the "
@@ -148,7 +156,7 @@ def report(results):
     (RESULTS / "latency.md").write_text("\n".join(lines) + "\n")
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)

@@ -1,4 +1,5 @@
-"""The recipes' costs, run by loadtest/recipes (which starts what it needs).
+"""The recipes' costs, run by loadtest/recipes (which starts what it needs):
+`python3 -m loadtest.recipes [--seconds 5]`.
 
 Each run of the lock bench is bounded in time (--seconds) and talks to 127.0.0.1 only.
 """
@@ -9,13 +10,10 @@ import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
-from bench import zk_zxid as zxid  # loadtest/ is on the path: this script's directory
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "loadtest" / "results"
-LOCK_BENCH = ROOT / "target" / "release" / "examples" / "lock_bench"
+from . import RESULTS
+from .common.zk import zxid
+from .fleet import LOCK_BENCH
 
 # (mode, what one acquisition is, holds per acquisition)
 MODES = [
@@ -28,7 +26,7 @@ MODES = [
 CONTENDERS = [1, 8]
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()

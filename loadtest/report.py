@@ -1,7 +1,6 @@
-"""Turns loadtest/results/bench.json into bench.md (tables, targets) and bench.svg (chart);
-`saturation_svg` draws the saturation run's chart (loadtest/saturate.py calls it).
+"""Turns loadtest/results/bench.json into bench.md (tables, targets) and bench.svg (chart):
 
-    python3 loadtest/report.py loadtest/results/bench.json
+    python3 -m loadtest.report loadtest/results/bench.json
 
 Plain Python, no plotting library: the chart is a hand-drawn SVG.
 """
@@ -10,6 +9,10 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
+
+from .common import svg as draw
+from .common.text import fmt
 
 COLOURS = {
     "pg-atomic per-request": "#9aa5b1",
@@ -19,16 +22,13 @@ COLOURS = {
 }
 
 
-def cell(cells, label, instances=3, hot=1):
+def cell(cells: list[dict[str, Any]], label: str, instances: int = 3,
+         hot: int = 1) -> dict[str, Any]:
     return next(c for c in cells if c["label"] == label and c["instances"] == instances
                 and c["hot"] == hot)
 
 
-def fmt(x, digits=0):
-    return "–" if x is None else f"{x:,.{digits}f}".replace(",", " ")
-
-
-def markdown(r):
+def markdown(r: dict[str, Any]) -> str:
     cells = r["cells"]
     out = [f"# seckill bench ({r['run']}{', quick: not for figures' if r['quick'] else ''})", ""]
     out += [f"{r['machine']['cores']} cores, servers, ZooKeeper, PostgreSQL and k6 all on one "
@@ -64,7 +64,7 @@ def markdown(r):
     return "\n".join(out) + "\n"
 
 
-def targets(r):
+def targets(r: dict[str, Any]) -> list[tuple[bool, str]]:
     cells = r["cells"]
     zb, zr = cell(cells, "zk batched"), cell(cells, "zk per-request")
     pr, pb = cell(cells, "pg-atomic per-request"), cell(cells, "pg-atomic batched")
@@ -96,129 +96,51 @@ def targets(r):
     return checks
 
 
-def svg(r):
+def svg(r: dict[str, Any]) -> str:
     """Paid orders/s and p99 against the offered rate, 3 instances, 1 hot product."""
     w, h, pad = 460, 300, 50
     series = [(label, cell(r["cells"], label)["steps"]) for label in COLOURS]
-    rates = sorted({s["offered"] for _, steps in series for s in steps})
+    rates = sorted({step["offered"] for _, steps in series for step in steps})
     xmin, xmax = math.log2(rates[0]), math.log2(max(rates[-1], rates[0] * 2))
     x = lambda rate: pad + (math.log2(rate) - xmin) / (xmax - xmin) * (w - 2 * pad)
-    parts = []
 
     def panel(ox, title, value, ymax, ylog, ylabel):
         if ylog:
-            lo = 1.0
-            y = lambda v: h - pad - (math.log10(max(v, lo)) / math.log10(ymax)) * (h - 2 * pad)
+            y = lambda v: h - pad - (math.log10(max(v, 1.0)) / math.log10(ymax)) * (h - 2 * pad)
             ticks = [10 ** k for k in range(0, int(math.log10(ymax)) + 1)]
         else:
             y = lambda v: h - pad - v / ymax * (h - 2 * pad)
             ticks = [ymax * k / 4 for k in range(5)]
-        g = [f'<g transform="translate({ox},0)">',
-             f'<text x="{w / 2}" y="20" text-anchor="middle" font-weight="bold">{title}</text>',
-             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#333"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#333"/>',
-             f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">offered orders/s</text>',
-             f'<text x="14" y="{h / 2}" text-anchor="middle" transform="rotate(-90 14 {h / 2})">'
-             f'{ylabel}</text>']
+        g = [draw.text(w / 2, 20, title, text_anchor="middle", font_weight="bold"),
+             draw.text(w / 2, h - 10, "offered orders/s", text_anchor="middle"),
+             draw.text(14, h / 2, ylabel, text_anchor="middle",
+                       transform=f"rotate(-90 14 {h / 2})")]
         for t in ticks:
-            g.append(f'<line x1="{pad - 4}" y1="{y(t):.1f}" x2="{w - pad}" y2="{y(t):.1f}" '
-                     'stroke="#eee"/>')
-            g.append(f'<text x="{pad - 6}" y="{y(t) + 4:.1f}" text-anchor="end" font-size="10">'
-                     f'{fmt(t)}</text>')
-        for rate in rates:
-            g.append(f'<text x="{x(rate):.1f}" y="{h - pad + 14}" text-anchor="middle" '
-                     f'font-size="10">{rate}</text>')
+            g += [draw.line(pad - 4, y(t), w - pad, y(t), "#eee"),
+                  draw.text(pad - 6, y(t) + 4, fmt(t), text_anchor="end", font_size=10)]
+        g += draw.axes(pad, pad, w - pad, h - pad)
+        g += [draw.text(x(rate), h - pad + 14, rate, text_anchor="middle", font_size=10)
+              for rate in rates]
         for label, steps in series:
-            pts = " ".join(f"{x(s['offered']):.1f},{y(value(s) or 0):.1f}" for s in steps)
-            g.append(f'<polyline points="{pts}" fill="none" stroke="{COLOURS[label]}" '
-                     'stroke-width="2"/>')
-            for s in steps:
-                g.append(f'<circle cx="{x(s["offered"]):.1f}" cy="{y(value(s) or 0):.1f}" r="3" '
-                         f'fill="{COLOURS[label]}"/>')
-        g.append("</g>")
-        parts.extend(g)
+            points = [(x(step["offered"]), y(value(step) or 0)) for step in steps]
+            g.append(draw.polyline(points, COLOURS[label]))
+            g += [draw.circle(px, py, 3, COLOURS[label]) for px, py in points]
+        return draw.group(g, transform=f"translate({ox},0)")
 
-    top = max(s["paid_per_s"] for _, steps in series for s in steps)
-    panel(0, "Paid orders/s (3 instances, 1 hot product)", lambda s: s["paid_per_s"],
-          max(top * 1.1, 10), False, "paid orders/s")
-    worst = max((s["p99_ms"] or 1) for _, steps in series for s in steps)
-    panel(w, "p99 of POST /orders", lambda s: s["p99_ms"], 10 ** math.ceil(math.log10(worst)),
-          True, "p99 (ms, log)")
-    legend = [f'<g font-size="12">']
-    for i, label in enumerate(COLOURS):
-        lx = 60 + i * 210
-        legend.append(f'<rect x="{lx}" y="{h + 6}" width="14" height="4" fill="{COLOURS[label]}"/>')
-        legend.append(f'<text x="{lx + 20}" y="{h + 12}">{label}</text>')
-    legend.append("</g>")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h + 24}" '
-            f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
-            f'fill="white"/>{"".join(parts)}{"".join(legend)}</svg>\n')
+    top = max(step["paid_per_s"] for _, steps in series for step in steps)
+    worst = max((step["p99_ms"] or 1) for _, steps in series for step in steps)
+    body = [
+        panel(0, "Paid orders/s (3 instances, 1 hot product)", lambda st: st["paid_per_s"],
+              max(top * 1.1, 10), False, "paid orders/s"),
+        panel(w, "p99 of POST /orders", lambda st: st["p99_ms"],
+              10 ** math.ceil(math.log10(worst)), True, "p99 (ms, log)"),
+        *draw.legend(COLOURS.items(), 60, h + 6, 210, swatch=(14, 4)),
+    ]
+    return draw.document(2 * w, h + 24, body)
 
 
-PARTS = {
-    "service": ("the service", "#d64545"),
-    "postgresql": ("PostgreSQL", "#3e4c59"),
-    "zookeeper": ("ZooKeeper", "#f0b429"),
-    "provider": ("the provider", "#9aa5b1"),
-    "ledger": ("its ledger", "#cbd2d9"),
-    "generator": ("wrk", "#7b93db"),
-}
-
-
-def saturation_svg(r):
-    """The saturation run (loadtest/saturate.py's JSON), a bar per row: paid orders/s, and
-    the CPU µs each part spent per paid order, stacked."""
-    rows = r["rows"]
-    two = len({x["build"] for x in rows}) > 1
-    w, pad, bar, label_w = 460, 40, 22, 190
-    h = pad + len(rows) * (bar + 6) + 30
-    parts = []
-
-    def name(x):
-        n = f"{x['label']}, {x['hot']} hot"
-        return f"{n} ({x['build']})" if two else n
-
-    def panel(ox, title, segments, top):
-        # A bar past `top` (the overload row's CPU, mostly refusals) is cut at the edge.
-        room = w - label_w - 50
-        scale = room / top
-        g = [f'<g transform="translate({ox},0)">',
-             f'<text x="{w / 2}" y="20" text-anchor="middle" font-weight="bold">{title}</text>']
-        for i, x in enumerate(rows):
-            y = pad + i * (bar + 6)
-            g.append(f'<text x="{label_w - 6}" y="{y + bar / 2 + 4}" text-anchor="end" '
-                     f'font-size="11">{name(x)}</text>')
-            at, end = label_w, label_w + room
-            for value, colour in segments(x):
-                width = max(min(value * scale, end - at), 0)
-                g.append(f'<rect x="{at:.1f}" y="{y}" width="{width:.1f}" '
-                         f'height="{bar}" fill="{colour}"/>')
-                at += width
-            total = sum(v for v, _ in segments(x))
-            cut = "›" if total * scale > room + 0.5 else ""
-            g.append(f'<text x="{at + 4:.1f}" y="{y + bar / 2 + 4}" font-size="11">'
-                     f'{cut}{fmt(total)}</text>')
-        g.append("</g>")
-        parts.extend(g)
-
-    panel(0, "Paid orders/s (wrk, 3 instances)", lambda x: [(x["paid_per_s"], "#d64545")],
-          max(x["paid_per_s"] for x in rows))
-    cpu = lambda x: [(x["cpu_us_per_paid"][k], colour) for k, (_, colour) in PARTS.items()]
-    totals = sorted(sum(v for v, _ in cpu(x)) for x in rows)
-    panel(w, "CPU µs per paid order, by part", cpu, min(totals[-1], 4 * totals[len(totals) // 2]))
-    legend = ['<g font-size="12">']
-    for i, (label, colour) in enumerate(PARTS.values()):
-        lx = w + 20 + i * 75
-        legend.append(f'<rect x="{lx}" y="{h - 18}" width="10" height="10" fill="{colour}"/>')
-        legend.append(f'<text x="{lx + 14}" y="{h - 9}" font-size="10">{label}</text>')
-    legend.append("</g>")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h}" '
-            f'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
-            f'fill="white"/>{"".join(parts)}{"".join(legend)}</svg>\n')
-
-
-def main():
-    path = Path(sys.argv[1])
+def write(path: Path) -> None:
+    """bench.md and bench.svg beside `path` (bench.json), and the markdown on stdout."""
     r = json.loads(path.read_text())
     path.with_suffix(".md").write_text(markdown(r))
     path.with_suffix(".svg").write_text(svg(r))
@@ -226,4 +148,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    write(Path(sys.argv[1]))

@@ -16,6 +16,7 @@
 import http from 'k6/http';
 import { check, fail } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
+import { answer } from './answers.js';
 
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
 const SCENARIO = __ENV.SCENARIO || 'burst';
@@ -29,8 +30,8 @@ const EXPECT_OVERSELL = __ENV.EXPECT_OVERSELL === '1';
 // a debug build on a busy 2-core machine room for its cycle; slower is a stall, not load.
 const P99_MS = parseInt(__ENV.P99_MS || '5000', 10);
 
-// The answers a sale gives by design: 201 paid, 409 sold out, 429 and 503 refusals to retry,
-// and setup's 201 and teardown's 200. Anything else counts in http_req_failed.
+// The answers a sale gives by design: 201 paid, 409 sold out, 429 and 503 refusals, and
+// setup's 201 and teardown's 200. Anything else counts in http_req_failed.
 http.setResponseCallback(http.expectedStatuses(200, 201, 409, 429, 503));
 
 const ordersPaid = new Counter('orders_paid');
@@ -58,7 +59,8 @@ export const options = {
   thresholds: {
     // Every answer is one of the expected outcomes, well formed.
     checks: ['rate==1'],
-    // 5xx other than 503, 4xx other than 409/429, connection errors.
+    // Neither paid, sold out nor told to retry: 5xx other than 503, 4xx other than 409/429,
+    // an answer that is not JSON, connection errors.
     orders_unexpected: ['count==0'],
     // The same for every request, setup's and teardown's too.
     http_req_failed: ['rate==0'],
@@ -85,29 +87,29 @@ export default function (data) {
     tags: { name: 'POST /orders' },
     responseType: 'text',
   });
-  let body = null;
-  try {
-    body = JSON.parse(res.body);
-  } catch (_) {
-    body = null;
-  }
-  const retry = res.status === 429 || res.status === 503;
+  // Each buyer sends one order: a refusal the answer says to retry is counted, not sent again.
+  const { body, retryable: retry, retryAfterAgrees } = answer(res);
   check(res, {
     'status is 201, 409, 429 or 503': (r) => [201, 409, 429, 503].includes(r.status),
+    // A 409 is sold out, or a conflict the answer says to retry (too_many_unpaid,
+    // idempotency_in_progress, payment_in_progress).
     'body is well formed': () =>
       body !== null &&
       (res.status === 201
         ? body.status === 'paid' && typeof body.id === 'string' && body.product_id === data.product
-        : typeof body.error === 'string' && typeof body.message === 'string' && (res.status !== 409 || body.error === 'sold_out')),
-    '429/503 carry Retry-After': (r) => !retry || Boolean(r.headers['Retry-After']),
+        : typeof body.error === 'string' &&
+          typeof body.message === 'string' &&
+          typeof body.retryable === 'boolean' &&
+          (res.status !== 409 || body.error === 'sold_out' || body.retryable === true)),
+    'retryable answers carry Retry-After, others none': () => retryAfterAgrees,
   });
   if (res.status === 201) {
     ordersPaid.add(1);
     if (body && body.lock_wait_ms !== null && body.lock_wait_ms !== undefined) lockWait.add(body.lock_wait_ms);
-  } else if (res.status === 409) {
-    ordersSoldOut.add(1);
   } else if (retry) {
     ordersRetry.add(1);
+  } else if (res.status === 409) {
+    ordersSoldOut.add(1);
   } else {
     ordersUnexpected.add(1);
   }

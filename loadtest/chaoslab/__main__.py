@@ -5,7 +5,6 @@ invariant fails (the report says which, with examples), 2 when the run itself br
 import argparse
 import asyncio
 import datetime
-import json
 import os
 import random
 import resource
@@ -14,17 +13,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from . import checker, lapse, nemesis, report
+from .. import ROOT
+from ..common.wait import wait_for_async
+from . import checker, lapse, log, nemesis, report
 from .buyers import Sale, buyer, restocker
-from .client import Conn, History
-from .cluster import Cluster, wait_for
+from .client import History, call_json
+from .cluster import Cluster
 from .progress import Progress
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def options():
+def options() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="loadtest/chaos", description=__doc__)
     p.add_argument("--seed", type=int, default=None, help="the schedule's seed (printed; replays a run)")
     p.add_argument("--duration", type=int, default=600, help="seconds of sale under nemeses")
@@ -71,23 +71,11 @@ def options():
     return o
 
 
-def log(msg):
-    print(f"\033[1;35m[chaos]\033[0m {msg}", flush=True)
+async def admin_post(port: int, token: str, path: str, body: dict[str, Any]) -> Any:
+    return await call_json(port, "POST", path, body, {"Authorization": f"Bearer {token}"})
 
 
-async def admin_post(port, token, path, body):
-    conn = Conn(port)
-    try:
-        status, _, raw = await conn.request("POST", path, body,
-                                            {"Authorization": f"Bearer {token}"}, timeout=10)
-        if status not in (200, 201):
-            raise RuntimeError(f"POST {path}: {status} {raw}")
-        return json.loads(raw)
-    finally:
-        conn.close()
-
-
-async def heal(cluster, history):
+async def heal(cluster: Cluster, history: History) -> None:
     """Whatever a nemesis left (none should): every instance running and resumed, every link
     open, the provider up with no faults, every ZooKeeper server up."""
     for inst in cluster.instances:
@@ -113,11 +101,11 @@ async def heal(cluster, history):
     async def all_ready():
         return all([(await inst.ready())[0] for inst in cluster.instances])
 
-    await wait_for("every instance to be ready again", all_ready, limit=90)
+    await wait_for_async("every instance to be ready again", all_ready, limit=90)
     history.note("healed_all")
 
 
-async def run(o):
+async def run(o: argparse.Namespace) -> int:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "?"
@@ -146,7 +134,7 @@ async def run(o):
         async def ready0():
             return (await cluster.instances[0].ready())[0]
 
-        await wait_for("the first instance to be ready", ready0)
+        await wait_for_async("the first instance to be ready", ready0)
         products = []
         # Enough stock that the sale goes on under every nemesis (the restocks add more):
         # a stall is then the service's, not the sale's end.
@@ -265,7 +253,7 @@ async def run(o):
         cluster.clean()
 
 
-def main():
+def main() -> None:
     o = options()
     try:
         sys.exit(asyncio.run(run(o)))

@@ -1,8 +1,9 @@
-"""The buyers: each order carries an Idempotency-Key; 429 and 503 are retried as Retry-After
-says, and a timeout or a dropped connection is answered by replaying the key (at whichever
-instance the "load balancer" picks next). A mix of pay-now orders, reservations paid later
-or left to lapse, replays of keys already answered, and restocks by an operator. One buyer
-in ten is a client that sends no key: one request per order, never retried."""
+"""The buyers: each order carries an Idempotency-Key; an answer is retried when it says so
+(`retryable`), after its Retry-After, and a timeout, a dropped connection or an answer that
+is not JSON by replaying the key (at whichever instance the "load balancer" picks next). A
+mix of pay-now orders, reservations paid later or left to lapse, replays of keys already
+answered, and restocks by an operator. One buyer in ten is a client that sends no key: one
+request per order, never retried."""
 
 import asyncio
 import contextlib
@@ -10,36 +11,36 @@ import itertools
 import json
 import random
 import uuid
+from typing import Any
 
-from .client import Conn
-
-# Answers after which a client tries again with the same key: nothing was decided yet, and
-# the service keeps none of them for the key (see `Error::is_transient`): 429 and 503
-# (with Retry-After), and the conflicts that end on their own.
-TRANSIENT_STATUSES = {429, 503}
-TRANSIENT_CODES = {"idempotency_in_progress", "too_many_unpaid", "payment_in_progress"}
+from ..common.web import retryable
+from .client import History, once
 
 # The user ids of the buyers without keys start so (one id per order: the order's row
 # names its one request). The `late_commit` nemesis looks for it in a lock cycle's writes.
 KEYLESS = "keyless-"
 
 
-def error_code(raw):
+def should_retry(event: dict[str, Any]) -> bool:
+    """Whether a client holding a key sends its request again after `event`: as the answer
+    says (`retryable`); with no answer to go by (none came, or one that is not JSON), yes,
+    since replaying a key cannot buy twice."""
+    said = retryable(event["body"]) if "status" in event else None
+    return True if said is None else said
+
+
+def retry_wait(event: dict[str, Any], default: float) -> float:
+    """How long to wait before sending again: the answer's Retry-After, at most 2 s (the
+    sale goes on meanwhile), or `default` when it gives none."""
     try:
-        body = json.loads(raw)
-    except ValueError:
-        return None
-    return body.get("error") if isinstance(body, dict) else None
-
-
-def is_transient(event):
-    if "status" not in event:
-        return True  # no answer at all: timeout, refused, dropped
-    return event["status"] in TRANSIENT_STATUSES or error_code(event["body"]) in TRANSIENT_CODES
+        return min(float(event["retry_after"]), 2.0)
+    except (KeyError, TypeError, ValueError):
+        return default
 
 
 class Sale:
-    def __init__(self, history, instances, products, admin_token, seed, client_timeout):
+    def __init__(self, history: History, instances: list[int], products: list[dict[str, Any]],
+                 admin_token: str, seed: int, client_timeout: float):
         self.history = history
         self.instances = instances  # ports the "load balancer" spreads requests over
         self.products = products    # [{"id", "name"}]
@@ -49,10 +50,12 @@ class Sale:
         self.stopping = False       # no new orders after the sale's end
         self.hard_end = None        # history time after which nobody retries any more
 
-    def pick_instance(self, rng):
+    def pick_instance(self, rng: random.Random) -> int:
         return rng.choice(list(self.instances))
 
-    async def send(self, who, op, method, path, body=None, key=None, rng=None, admin=False):
+    async def send(self, who: str, op: str, method: str, path: str, body: Any = None,
+                   key: str | None = None, rng: random.Random | None = None,
+                   admin: bool = False) -> dict[str, Any]:
         port = self.pick_instance(rng or self.rng)
         headers = {}
         if key:
@@ -61,25 +64,22 @@ class Sale:
             headers["Authorization"] = f"Bearer {self.admin_token}"
         event = {"who": who, "op": op, "key": key, "port": port, "method": method,
                  "path": path, "req": body, "t0": round(self.history.now(), 4)}
-        conn = Conn(port)
         try:
-            status, heads, raw = await conn.request(method, path, body, headers,
-                                                    timeout=self.client_timeout)
+            status, heads, raw = await once(port, method, path, body, headers,
+                                            timeout=self.client_timeout)
             event.update(status=status, body=raw, retry_after=heads.get("retry-after"),
                          replayed=heads.get("idempotent-replayed") == "true")
         except asyncio.TimeoutError:
             event["error"] = "timeout"
         except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
             event["error"] = type(e).__name__
-        finally:
-            conn.close()
         event["t1"] = round(self.history.now(), 4)
         self.history.record(event)
         return event
 
     async def until_final(self, who: str, op: str, method: str, path: str, body: dict | None,
                           key: str | None, rng: random.Random, backoff_s: float = 0.0,
-                          gate: asyncio.Semaphore | None = None) -> dict | None:
+                          gate: asyncio.Semaphore | None = None) -> dict[str, Any] | None:
         """Sends, then retries the same request (same key) until a final answer or the hard
         end. With `backoff_s`, a crowd's client: it waits at least that long before its
         first retry, twice as long before each next one (up to 8 s); with `gate` (a
@@ -87,16 +87,12 @@ class Sale:
         for tries in itertools.count():
             async with gate or contextlib.nullcontext():
                 event = await self.send(who, op, method, path, body, key, rng)
-            if not is_transient(event):
+            if not should_retry(event):
                 return event
             if self.hard_end is not None and self.history.now() > self.hard_end:
                 return None
-            wait = 0.2  # after no answer at all: another instance may answer
-            if event.get("retry_after"):
-                try:
-                    wait = min(float(event["retry_after"]), 2.0)
-                except ValueError:
-                    pass
+            # With no Retry-After (no answer at all): another instance may answer soon.
+            wait = retry_wait(event, 0.2)
             if backoff_s:
                 wait = max(wait, min(backoff_s * 2 ** tries, 8.0))
             await asyncio.sleep(wait * (0.5 + rng.random()))
@@ -107,7 +103,7 @@ def is_keyless(n: int) -> bool:
     return n % 10 == 9
 
 
-async def buyer(sale, n):
+async def buyer(sale: Sale, n: int) -> None:
     if is_keyless(n):
         return await keyless_buyer(sale, n)
     rng = random.Random(f"{sale.rng.random()}-{n}")
@@ -177,9 +173,10 @@ async def reserve_at_once(sale: Sale, product_id: int, n: int, seed: int,
     return await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def restocker(sale):
-    """An operator adds units now and then. A restock is not idempotent, so an ambiguous
-    failure (timeout) is not retried: the checker reads the books from PostgreSQL."""
+async def restocker(sale: Sale) -> None:
+    """An operator adds units now and then. A restock is not idempotent, so only an answer
+    that says so is retried; an ambiguous failure (a timeout, an answer that is not JSON) is
+    not: the checker reads the books from PostgreSQL."""
     rng = random.Random(sale.rng.random())
     while not sale.stopping:
         await asyncio.sleep(rng.uniform(2.0, 5.0))
@@ -191,7 +188,7 @@ async def restocker(sale):
             event = await sale.send("operator", "restock", "POST",
                                     f"/api/products/{product['id']}/restock", body,
                                     rng=rng, admin=True)
-            if event.get("status") in TRANSIENT_STATUSES:
-                await asyncio.sleep(0.5)
+            if retryable(event.get("body")):
+                await asyncio.sleep(retry_wait(event, 0.5))
                 continue
             break

@@ -3,9 +3,11 @@ history, PostgreSQL and the provider's ledger, and fails on any broken promise."
 
 import json
 from collections import defaultdict
+from typing import Any
 
 from . import lapse
-from .buyers import KEYLESS, is_transient
+from .buyers import KEYLESS, should_retry
+from .cluster import Cluster
 
 INVARIANTS = [
     ("stock", "units sold never exceed the stock, and the books balance"),
@@ -14,7 +16,7 @@ INVARIANTS = [
     ("settled", "no order left created or paying, no payment intent pending, no reservation past its expiry"),
     ("per_user", "no buyer over the per-user limit"),
     ("keys", "no key with two orders, and once a key's answer is kept, every later answer is that one (a refusal decided before any work keeps nothing)"),
-    ("answers", "every answer is JSON, every error has a code and a message, and no 5xx but 503"),
+    ("answers", "every answer is JSON, every error has a code, a message and `retryable`, with `Retry-After` exactly when it is true, and no 5xx but 503"),
     ("keys_answered", "every key has a final answer once the faults have healed"),
     ("told_failed_not_charged", "no buyer told failed without an order id holds or paid for that order: every order that took stock is named (`id`, `order_id`) by an answer its buyer got"),
     ("lapse", f"every reservation of the mass lapse is `expired`, its units back in stock, within {lapse.BOUND_S:.0f} s of its deadline"),
@@ -26,7 +28,7 @@ INVARIANTS = [
 TOOK_STOCK = ("reserved", "paying", "paid", "expired", "payment_failed")
 
 
-def parse(raw):
+def parse(raw: str | None) -> Any:
     try:
         return json.loads(raw)
     except (TypeError, ValueError):
@@ -61,7 +63,8 @@ def told(events: list[dict]) -> str:
     return ", ".join(heard[:4]) + (f" (+{len(heard) - 4} more)" if len(heard) > 4 else "")
 
 
-def check(history, cluster):
+def check(history: list[dict[str, Any]],
+          cluster: Cluster) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     bad = defaultdict(list)
     answers = [e for e in history if "op" in e]
 
@@ -72,8 +75,12 @@ def check(history, cluster):
         body = parse(e["body"])
         if body is None:
             bad["answers"].append(f"{e['status']} not JSON: {e['body'][:120]!r} ({e['method']} {e['path']})")
-        elif e["status"] >= 400 and not (isinstance(body.get("error"), str) and isinstance(body.get("message"), str)):
-            bad["answers"].append(f"{e['status']} without error and message: {e['body'][:160]}")
+        elif e["status"] >= 400 and not (isinstance(body.get("error"), str) and isinstance(body.get("message"), str)
+                                         and isinstance(body.get("retryable"), bool)):
+            bad["answers"].append(f"{e['status']} without error, message and retryable: {e['body'][:160]}")
+        elif e["status"] >= 400 and (e.get("retry_after") is not None) != body["retryable"]:
+            bad["answers"].append(f"{e['status']} {body['error']}: retryable {str(body['retryable']).lower()}, "
+                                  f"Retry-After {e.get('retry_after')!r} ({e['method']} {e['path']})")
         if e["status"] >= 500 and e["status"] != 503:
             bad["answers"].append(f"{e['status']} at t={e['t0']}: {e['body'][:160]}")
 
@@ -84,7 +91,7 @@ def check(history, cluster):
         if e.get("key"):
             by_key[e["key"]].append(e)
     for key, events in by_key.items():
-        finals = [e for e in events if not is_transient(e)]
+        finals = [e for e in events if not should_retry(e)]
         if not finals:
             last = events[-1]
             bad["keys_answered"].append(
@@ -198,7 +205,7 @@ def check(history, cluster):
             bad["told_failed_not_charged"].append(
                 f"order {o['id']} ({o['status']}, {o['user_id']}): no request of the history is tied to it"
                 + ("" if o["user_id"].startswith(KEYLESS) else " (no key names it)"))
-        elif any(("status" in e) if not key else not is_transient(e) for e in events):
+        elif any(("status" in e) if not key else not should_retry(e) for e in events):
             bad["told_failed_not_charged"].append(
                 f"order {o['id']} is {o['status']}; its buyer ({'key ' + key if key else o['user_id']}, "
                 f"from t={events[0]['t0']}) was told {told(events)}, never the order")
@@ -216,7 +223,7 @@ def check(history, cluster):
         "keyless": sum(e["op"] == "keyless" for e in answers)}
 
 
-def settled(cluster):
+def settled(cluster: Cluster) -> tuple[bool, dict[str, Any]]:
     """True once nothing is left for the sweep to do: no order created or paying, no
     pending intent, no reservation past its expiry."""
     rows = cluster.query(

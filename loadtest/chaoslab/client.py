@@ -1,9 +1,13 @@
 """A small HTTP/1.1 client (keep-alive, one request at a time per connection) and the
-history every request and answer goes into."""
+history every request and answer goes into. Asynchronous and raw, unlike
+`loadtest.common.web`: a sale's thousands of buyers share one event loop, and the history
+keeps each answer's status, headers and body exactly as they came."""
 
 import asyncio
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 
 class History:
@@ -11,34 +15,36 @@ class History:
     who, what, key, instance, when sent and answered (seconds since the sale began),
     status, body."""
 
-    def __init__(self, path, t0):
+    def __init__(self, path: Path, t0: float):
         self.path = path
         self.t0 = t0
-        self.events = []
+        self.events: list[dict[str, Any]] = []
         self.file = open(path, "w")
 
-    def now(self):
+    def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def record(self, event):
+    def record(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         self.file.write(json.dumps(event, separators=(",", ":")) + "\n")
 
-    def note(self, mark, **fields):
+    def note(self, mark: str, **fields: Any) -> None:
         """A nemesis or phase mark on the same clock."""
         self.record({"mark": mark, "t": round(self.now(), 3), **fields})
 
-    def close(self):
+    def close(self) -> None:
         self.file.close()
 
 
 class Conn:
-    def __init__(self, port):
+    def __init__(self, port: int):
         self.port = port
-        self.reader = None
-        self.writer = None
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, method, path, body=None, headers=None, timeout=10.0):
+    async def request(self, method: str, path: str, body: Any = None,
+                      headers: dict[str, str] | None = None,
+                      timeout: float = 10.0) -> tuple[int, dict[str, str], str]:
         """(status, headers, raw body). Raises asyncio.TimeoutError or OSError/ConnectionError
         (the connection is then closed)."""
         try:
@@ -87,7 +93,39 @@ class Conn:
             self.close()
         return status, answer, raw.decode("utf-8", "replace")
 
-    def close(self):
+    def close(self) -> None:
         if self.writer is not None:
             self.writer.transport.abort()
         self.reader = self.writer = None
+
+
+async def once(port: int, method: str, path: str, body: Any = None,
+               headers: dict[str, str] | None = None,
+               timeout: float = 10.0) -> tuple[int, dict[str, str], str]:
+    """One request on a connection of its own, closed after: `Conn.request`'s answer."""
+    conn = Conn(port)
+    try:
+        return await conn.request(method, path, body, headers, timeout)
+    finally:
+        conn.close()
+
+
+async def call_json(port: int, method: str, path: str, body: Any = None,
+                    headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
+    """A call the run needs answered 200 or 201: its JSON body. RuntimeError otherwise (the
+    run broke, not an invariant)."""
+    status, _, raw = await once(port, method, path, body, headers, timeout)
+    if status not in (200, 201):
+        raise RuntimeError(f"{method} {path}: {status} {raw}")
+    return json.loads(raw) if raw else None
+
+
+async def probe(port: int, path: str, timeout: float = 3.0) -> tuple[int | None, Any]:
+    """(status, JSON body) of a GET, or (None, None) when no answer came (a server down,
+    paused or cut off) or it was not JSON."""
+    try:
+        status, _, raw = await once(port, "GET", path, timeout=timeout)
+        return status, json.loads(raw) if raw else None
+    except (OSError, ConnectionError, asyncio.TimeoutError, ValueError,
+            asyncio.IncompleteReadError):
+        return None, None

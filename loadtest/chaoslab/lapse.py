@@ -11,7 +11,8 @@ import asyncio
 import math
 import statistics
 
-from .buyers import Sale, is_transient, reserve_at_once
+from ..common.wait import WaitTimeout, wait_for_async
+from .buyers import Sale, reserve_at_once, should_retry
 from .cluster import Cluster
 
 # A lapsed reservation is expired, its units back on sale, this long after its deadline.
@@ -23,6 +24,10 @@ TTL_S = 600
 # How long making them may take: the rest are made (or not) while the sale goes on.
 MAKING_S = 120.0
 POLL_S = 0.25
+# A poll that PostgreSQL has not answered by then is given up: the next one, or the checker's.
+POLL_TIMEOUT_S = 5.0
+# How long past the bound the polls go on for a reservation still held.
+MARGIN_S = 5.0
 # Reservations in flight at once. All 2,000 sent in one go (a debug build, 2 cores, 12
 # database connections per instance) time out in admission faster than they are served,
 # and the fleet stays flooded by their retries.
@@ -69,7 +74,7 @@ async def run(sale: Sale, cluster: Cluster, product_id: int, n: int, seed: int) 
     sale.history.note("lapse", product=product_id, n=n, bound_s=BOUND_S, in_flight=IN_FLIGHT)
     making = asyncio.create_task(reserve_at_once(sale, product_id, n, seed, IN_FLIGHT))
     await asyncio.wait({making}, timeout=MAKING_S)
-    moved = await asyncio.to_thread(cluster.psql, cluster.pg_port, cluster.db, f"""
+    moved = await asyncio.to_thread(cluster.execute, f"""
         WITH moved AS (
             UPDATE orders SET expires_at = statement_timestamp() + make_interval(secs => {LAPSE_IN_S})
             WHERE product_id = {product_id} AND status = 'reserved' RETURNING expires_at)
@@ -77,20 +82,33 @@ async def run(sale: Sale, cluster: Cluster, product_id: int, n: int, seed: int) 
     lapsing, _, at = moved.strip().partition("|")
     deadline = float(at) if at else None
     sale.history.note("lapse_deadline", lapsing=int(lapsing), deadline=deadline)
-    sql = _poll_sql(product_id)
-    while deadline is not None:
-        await asyncio.sleep(POLL_S)
-        try:
-            sample = (await asyncio.to_thread(cluster.query, sql))[0]
-        except RuntimeError:
-            continue  # PostgreSQL did not answer: the next sample, or the checker's read
-        sale.history.note("lapse_poll", **sample)
-        if sample["held"] == 0:
-            sale.history.note("lapse_returned", at=sample["at"], deadline=deadline)
-            break
-        if sample["at"] > deadline + BOUND_S + 5:
-            break
+    if deadline is not None:
+        await watch(sale, cluster, product_id, deadline)
     return making
+
+
+async def watch(sale: Sale, cluster: Cluster, product_id: int, deadline: float) -> None:
+    """PostgreSQL polled every `POLL_S`, each sample into the history, until no reservation
+    of the product is held or `LAPSE_IN_S + BOUND_S + MARGIN_S` have passed on this machine's
+    clock, whether PostgreSQL answers or not (each poll waits `POLL_TIMEOUT_S` at most)."""
+    sql = _poll_sql(product_id)
+
+    async def returned() -> bool:
+        try:
+            sample = (await asyncio.to_thread(cluster.query, sql, POLL_TIMEOUT_S))[0]
+        except RuntimeError:
+            return False  # PostgreSQL did not answer: the next sample, or the checker's read
+        sale.history.note("lapse_poll", **sample)
+        if sample["held"]:
+            return False
+        sale.history.note("lapse_returned", at=sample["at"], deadline=deadline)
+        return True
+
+    try:
+        await wait_for_async("the lapsed reservations' return", returned,
+                             LAPSE_IN_S + BOUND_S + MARGIN_S, every=POLL_S)
+    except WaitTimeout:
+        pass  # the checker reads what is still held from the orders' rows
 
 
 def check(history: list[dict], cluster: Cluster) -> tuple[list[str], dict | None]:
@@ -105,7 +123,7 @@ def check(history: list[dict], cluster: Cluster) -> tuple[list[str], dict | None
     bad = []
     finals = {}
     for e in history:
-        if e.get("op") == "lapse" and not is_transient(e):
+        if e.get("op") == "lapse" and not should_retry(e):
             finals.setdefault(e["key"], e)
     bad += [f"reservation of {e['req']['user_id']} answered {e['status']} {e['body'][:100]}"
             for e in finals.values() if e["status"] != 201]

@@ -1,5 +1,5 @@
 """Broken copies of the service, to show the checker catches what it claims to catch:
-`python3 -m chaoslab.mutants NAME DIR` writes the mutant's change into the source tree at
+`python3 -m loadtest.chaoslab.mutants NAME DIR` writes the mutant's change into the source tree at
 DIR (a copy of the checkout). Each replaces one exact piece of code; it fails loudly if the
 code has moved on, rather than building an unbroken "mutant"."""
 
@@ -38,7 +38,7 @@ MUTANTS = {
 }
 
 
-def main():
+def main() -> None:
     name, root = sys.argv[1], Path(sys.argv[2])
     if name not in MUTANTS:
         sys.exit(f"unknown mutant {name}; the mutants: {', '.join(MUTANTS)}")

@@ -6,8 +6,11 @@ the ensemble, PostgreSQL, the stranger) wait for it to be free."""
 import asyncio
 import random
 import signal
+from collections.abc import Awaitable, Callable
 
-from .buyers import KEYLESS
+from .buyers import KEYLESS, Sale
+from .client import History
+from .cluster import Cluster
 
 KINDS = [
     "stranger",       # an instance started against another ZooKeeper over the same database
@@ -38,7 +41,8 @@ SHARED = {
 LATE_COMMIT_S = 3.0
 
 
-def schedule(seed, duration, reps, kinds=KINDS):
+def schedule(seed: int, duration: float, reps: int,
+             kinds: list[str] = KINDS) -> list[tuple[float, str]]:
     """[(start second, kind)], every kind `reps` times, in a seeded order, spread evenly
     over the first 90 % of the sale with some jitter."""
     rng = random.Random(seed)
@@ -49,7 +53,8 @@ def schedule(seed, duration, reps, kinds=KINDS):
 
 
 class Nemesis:
-    def __init__(self, cluster, sale, history, seed, session_ms):
+    def __init__(self, cluster: Cluster, sale: Sale, history: History, seed: int,
+                 session_ms: int):
         self.cluster = cluster
         self.sale = sale
         self.history = history
@@ -64,7 +69,7 @@ class Nemesis:
         return [e["kind"] if e["kind"] in SHARED else f"{e['kind']}@i{e['target']}"
                 for e in self.striking]
 
-    async def take(self, kind):
+    async def take(self, kind: str) -> int | str:
         """A part to work on: a free instance, or the shared part this kind needs."""
         while True:
             if kind in SHARED:
@@ -79,7 +84,7 @@ class Nemesis:
                     return target
             await asyncio.sleep(0.1)
 
-    async def run(self, plan, t_start):
+    async def run(self, plan: list[tuple[float, str]], t_start: float) -> None:
         tasks = [asyncio.create_task(self._one(at, kind, t_start)) for at, kind in plan]
         await asyncio.gather(*tasks)
 
@@ -94,7 +99,7 @@ class Nemesis:
         any other. Only `stranger` knows how to wait for it."""
         await self._strike(kind, lambda target: getattr(self, kind)(target, until=until))
 
-    async def _strike(self, kind, act):
+    async def _strike(self, kind: str, act: Callable[[int | str], Awaitable[None]]) -> None:
         target = await self.take(kind)
         entry = {"kind": kind, "target": target, "start": round(self.history.now(), 3)}
         self.history.note("nemesis", kind=kind, target=target)
@@ -108,11 +113,11 @@ class Nemesis:
             self.timeline.append(entry)
             self.busy.discard(target)
 
-    def hold(self, low, high):
+    def hold(self, low: float, high: float) -> Awaitable[None]:
         return asyncio.sleep(self.rng.uniform(low, high))
 
     # -- instances -----------------------------------------------------------------------
-    async def kill9(self, i):
+    async def kill9(self, i: int) -> None:
         inst = self.cluster.instances[i]
         inst.signal(signal.SIGKILL)
         await inst.wait_exit(5)
@@ -120,14 +125,14 @@ class Nemesis:
         inst.start()
         await inst.wait_healthy()
 
-    async def sigterm(self, i):
+    async def sigterm(self, i: int) -> None:
         inst = self.cluster.instances[i]
         inst.signal(signal.SIGTERM)
         await inst.wait_exit(self.cluster.opts.request_ms / 1000 + 10)
         inst.start()
         await inst.wait_healthy()
 
-    async def pause(self, i):
+    async def pause(self, i: int) -> None:
         inst = self.cluster.instances[i]
         inst.signal(signal.SIGSTOP)
         try:
@@ -135,7 +140,7 @@ class Nemesis:
         finally:
             inst.signal(signal.SIGCONT)
 
-    async def cut_zk(self, i):
+    async def cut_zk(self, i: int) -> None:
         links = self.cluster.links[i]["zk"]
         for link in links:
             link.cut()
@@ -145,7 +150,7 @@ class Nemesis:
             for link in links:
                 link.restore()
 
-    async def cut_pg(self, i):
+    async def cut_pg(self, i: int) -> None:
         link = self.cluster.links[i]["pg"]
         link.cut()
         try:
@@ -153,7 +158,7 @@ class Nemesis:
         finally:
             link.restore()
 
-    async def drop_commit(self, i):
+    async def drop_commit(self, i: int) -> None:
         link = self.cluster.links[i]["pg"]
         link.drop_next_commits(2)
         try:
@@ -183,7 +188,7 @@ class Nemesis:
             link.keep_commits()
 
     # -- shared parts --------------------------------------------------------------------
-    async def stranger(self, _, until: asyncio.Event | None = None) -> None:
+    async def stranger(self, _: str, until: asyncio.Event | None = None) -> None:
         """An instance on another ZooKeeper over the same database, for 6 to 9 s, or until
         `until` is set."""
         inst = self.cluster.new_stranger()
@@ -202,7 +207,7 @@ class Nemesis:
             inst.signal(signal.SIGTERM)
             await inst.wait_exit(self.cluster.opts.request_ms / 1000 + 10)
 
-    async def zk_leader(self, _):
+    async def zk_leader(self, _: str) -> None:
         zk = self.cluster.ensemble
         leader = await zk.leader()
         if leader is None:
@@ -214,10 +219,10 @@ class Nemesis:
             zk.start(leader)
             await zk.wait_serving(leader)
 
-    async def pg_restart(self, _):
+    async def pg_restart(self, _: str) -> None:
         await asyncio.to_thread(self.cluster.pg_restart)
 
-    async def provider_down(self, _):
+    async def provider_down(self, _: str) -> None:
         # Sometimes past a payment's whole budget in its request (the request timeout less
         # a second): its outcome is then left to the sweep.
         self.cluster.kill_provider()
@@ -234,16 +239,16 @@ class Nemesis:
         finally:
             await self.cluster.provider_settings(reset)
 
-    async def provider_slow(self, _):
+    async def provider_slow(self, _: str) -> None:
         # It charges, then answers after 7 s: past the caller's 2 s timeout on every try,
         # and, held long enough, past the buyer's whole request: the sweep settles those.
         await self._provider_fault({"slow_rate": 1.0, "slow_ms": 7000}, {"slow_rate": 0.0},
                                    4.0, 9.0)
 
-    async def provider_5xx(self, _):
+    async def provider_5xx(self, _: str) -> None:
         await self._provider_fault({"error_rate": 0.5}, {"error_rate": 0.0})
 
-    async def provider_lose(self, _):
+    async def provider_lose(self, _: str) -> None:
         await self._provider_fault({"lose_rate": 0.5}, {"lose_rate": 0.0})
 
 

@@ -38,7 +38,7 @@ class Link:
     """127.0.0.1:<port> forwarded to a target. `cut()` drops every open connection and
     refuses new ones (accepted, then closed at once) until `restore()`."""
 
-    def __init__(self, name, target_port, pg=False):
+    def __init__(self, name: str, target_port: int, pg: bool = False):
         self.name = name
         self.target_port = target_port
         self.pg = pg
@@ -46,25 +46,25 @@ class Link:
         self.commits_to_drop = 0
         self.dropped_commits = 0
         self.late: LateCommit | None = None
-        self.conns = set()
-        self.server = None
-        self.port = None
+        self.conns: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.Server | None = None
+        self.port: int | None = None
 
-    async def start(self, port=0):
+    async def start(self, port: int = 0) -> "Link":
         self.server = await asyncio.start_server(self._accept, "127.0.0.1", port)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
-    def cut(self):
+    def cut(self) -> None:
         self.up = False
         for writer in list(self.conns):
             writer.transport.abort()
         self.conns.clear()
 
-    def restore(self):
+    def restore(self) -> None:
         self.up = True
 
-    def drop_next_commits(self, n):
+    def drop_next_commits(self, n: int) -> None:
         """The next `n` COMMITs go through to PostgreSQL, and their answers never come
         back: the connection closes instead. The commit happened; the client cannot know."""
         self.commits_to_drop = n
@@ -83,7 +83,7 @@ class Link:
         """Disarms a late COMMIT not taken yet (one already held is still delivered)."""
         self.late = None
 
-    async def close(self):
+    async def close(self) -> None:
         self.cut()
         if self.server:
             self.server.close()

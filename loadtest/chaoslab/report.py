@@ -2,15 +2,18 @@
 stall after each nemesis, the mass lapse's figures, and the checker's verdict per
 invariant."""
 
-import html
 from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from ..common import svg as draw
 
 
 KINDS = [("2xx", "#2e7d32"), ("409", "#f9a825"), ("4xx", "#8d6e63"), ("429", "#6a1b9a"),
          ("503", "#c62828"), ("no answer", "#9e9e9e")]
 
 
-def kind_of(e):
+def kind_of(e: dict[str, Any]) -> str:
     if "status" not in e:
         return "no answer"
     s = e["status"]
@@ -27,7 +30,8 @@ def buying(e: dict) -> bool:
     return "op" in e and e["op"] != "lapse"
 
 
-def stalls(history, timeline, sale_end, tail=3.0):
+def stalls(history: list[dict[str, Any]], timeline: list[dict[str, Any]], sale_end: float,
+           tail: float = 3.0) -> list[dict[str, Any]]:
     """Per nemesis, the longest time a product sold nothing (no 2xx order or payment for
     it), from the nemesis's start to `tail` seconds after it healed (by then a lock the
     nemesis stalled has been given back): the worst product."""
@@ -49,7 +53,7 @@ def stalls(history, timeline, sale_end, tail=3.0):
     return out
 
 
-def worst_alone(rows):
+def worst_alone(rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
     """Per kind, the longest stall among the nemeses that struck with no other in their
     window (so the stall is theirs), and over all of its strikes."""
     alone, anyhow = defaultdict(float), defaultdict(float)
@@ -60,7 +64,7 @@ def worst_alone(rows):
     return alone, anyhow
 
 
-def per_second(history, sale_end):
+def per_second(history: list[dict[str, Any]], sale_end: float) -> dict[int, Counter]:
     buckets = defaultdict(Counter)
     for e in history:
         if buying(e) and e["t1"] <= sale_end:
@@ -68,29 +72,28 @@ def per_second(history, sale_end):
     return buckets
 
 
-def svg(history, timeline, sale_end, title):
+def svg(history: list[dict[str, Any]], timeline: list[dict[str, Any]], sale_end: float,
+        title: str) -> str:
+    """The nemeses' lanes over a chart of answers per second, stacked by kind."""
     buckets = per_second(history, sale_end)
     seconds = int(sale_end) + 1
     width, left, right = 1100, 100, 20
-    lane_h, chart_top, chart_h = 16, 0, 260
-    kinds_in_timeline = sorted({n["kind"] for n in timeline})
-    lanes = {k: i for i, k in enumerate(kinds_in_timeline)}
+    lane_h, chart_h = 16, 260
+    lanes = {k: i for i, k in enumerate(sorted({n["kind"] for n in timeline}))}
     chart_top = 40 + lane_h * len(lanes) + 20
     height = chart_top + chart_h + 60
     ymax = max([sum(c.values()) for c in buckets.values()] + [1])
     x = lambda t: left + (width - left - right) * t / max(seconds, 1)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="20" font-size="14">{html.escape(title)}</text>']
+    parts = [draw.text(left, 20, title, font_size=14)]
     for kind, i in lanes.items():
         y = 40 + i * lane_h
-        parts.append(f'<text x="{left - 4}" y="{y + 11}" text-anchor="end" font-size="9">{kind}</text>')
-        for n in timeline:
-            if n["kind"] == kind:
-                parts.append(f'<rect x="{x(n["start"]):.1f}" y="{y + 2}" '
-                             f'width="{max(x(n["healed"]) - x(n["start"]), 2):.1f}" height="{lane_h - 4}" '
-                             f'fill="#37474f"><title>{kind} on {n["target"]}: {n["start"]}–{n["healed"]} s</title></rect>')
+        parts.append(draw.text(left - 4, y + 11, kind, text_anchor="end", font_size=9))
+        parts += [draw.element("rect", draw.tooltip(f"{kind} on {n['target']}: "
+                                                    f"{n['start']}–{n['healed']} s"),
+                               x=x(n["start"]), y=y + 2,
+                               width=max(x(n["healed"]) - x(n["start"]), 2), height=lane_h - 4,
+                               fill="#37474f")
+                  for n in timeline if n["kind"] == kind]
     base = chart_top + chart_h
     for t in range(seconds):
         c = buckets.get(t, Counter())
@@ -98,22 +101,17 @@ def svg(history, timeline, sale_end, title):
         for kind, color in KINDS:
             h = chart_h * c.get(kind, 0) / ymax
             if h > 0:
-                parts.append(f'<rect x="{x(t):.1f}" y="{y - h:.1f}" width="{max(x(t + 1) - x(t) - 0.5, 0.5):.1f}" '
-                             f'height="{h:.1f}" fill="{color}"/>')
+                parts.append(draw.rect(x(t), y - h, max(x(t + 1) - x(t) - 0.5, 0.5), h, color))
                 y -= h
-    parts.append(f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="black"/>')
-    for t in range(0, seconds, max(seconds // 12, 1)):
-        parts.append(f'<text x="{x(t):.1f}" y="{base + 14}" text-anchor="middle">{t} s</text>')
-    parts.append(f'<text x="{left - 4}" y="{chart_top + 8}" text-anchor="end">{ymax}/s</text>')
-    for i, (kind, color) in enumerate(KINDS):
-        lx = left + i * 110
-        parts.append(f'<rect x="{lx}" y="{base + 26}" width="10" height="10" fill="{color}"/>'
-                     f'<text x="{lx + 14}" y="{base + 35}">{kind}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    parts.append(draw.line(left, base, width - right, base, "black"))
+    parts += [draw.text(x(t), base + 14, f"{t} s", text_anchor="middle")
+              for t in range(0, seconds, max(seconds // 12, 1))]
+    parts.append(draw.text(left - 4, chart_top + 8, f"{ymax}/s", text_anchor="end"))
+    parts += draw.legend(KINDS, left, base + 26, 110)
+    return draw.document(width, height, parts, size=11)
 
 
-def rerun(meta):
+def rerun(meta: dict[str, Any]) -> str:
     from .nemesis import KINDS
     words = ["loadtest/chaos", "--seed", str(meta["seed"])]
     if meta["quick"]:
@@ -135,7 +133,9 @@ def rerun(meta):
     return " ".join(words)
 
 
-def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
+def markdown(meta: dict[str, Any], verdicts: list[dict[str, Any]], facts: dict[str, Any],
+             stall_rows: list[dict[str, Any]], history: list[dict[str, Any]],
+             svg_name: str) -> tuple[str, bool, float, dict[str, float]]:
     answers = [e for e in history if "op" in e]
     by_kind = Counter(kind_of(e) for e in answers)
     total = len(answers)
@@ -190,7 +190,8 @@ def markdown(meta, verdicts, facts, stall_rows, history, svg_name):
     return "\n".join(lines) + "\n", ok, share_503, worst_alone(stall_rows)[1]
 
 
-def nemeses_section(stall_rows, history=()):
+def nemeses_section(stall_rows: list[dict[str, Any]],
+                    history: Iterable[dict[str, Any]] = ()) -> list[str]:
     lines = [
         "## Nemeses and the longest stall after each",
         "",
@@ -222,7 +223,7 @@ def nemeses_section(stall_rows, history=()):
     return lines
 
 
-def timeline_of(history):
+def timeline_of(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The nemeses as the history's marks record them."""
     open_ = {}
     out = []
@@ -236,8 +237,8 @@ def timeline_of(history):
     return out
 
 
-def main():
-    """From a run's history: `python3 -m chaoslab.report HISTORY SVG` draws its chart again,
+def main() -> None:
+    """From a run's history: `python3 -m loadtest.chaoslab.report HISTORY SVG` draws its chart again,
     `... HISTORY --md REPORT.md` its nemeses section, and `... HISTORY` prints its figures
     (stalls, answers, 503s) as JSON."""
     import json

@@ -1,2 +1,2 @@
-"""Tests of the scripts and load-test tooling (scripts/, loadtest/): `python3 -m unittest
-discover -s tests/tooling`, standard library only."""
+"""Tests of the scripts and load-test tooling (scripts/, loadtest/): from the repository's
+root, `python3 -m unittest discover -s tests/tooling -t .`, standard library only."""

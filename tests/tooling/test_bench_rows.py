@@ -1,16 +1,11 @@
 """The bench prints each row's line as the row finishes (loadtest/bench.py's matrix cells,
-loadtest/saturate.py's saturation rows): the line carries the row's key figures and whether
+loadtest/saturation/rows.py's saturation rows): the line carries the row's key figures and whether
 its sale was exact."""
 
-import sys
 import unittest
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "loadtest"))
-
-import bench  # noqa: E402
-import saturate  # noqa: E402
+from loadtest import bench
+from loadtest.saturation import rows
 
 CELL = {"label": "zk batched", "guard": "zk", "batch_max": 256, "instances": 3, "hot": 10,
         "steps": [], "saturation": 1234.4, "p99_at_saturation": 56.2,
@@ -46,7 +41,7 @@ class RowLines(unittest.TestCase):
         self.assertTrue(line.endswith("; NOT EXACT"), line)
 
     def test_a_saturation_row(self):
-        line = saturate.row_line(ROW, 4, 8)
+        line = rows.row_line(ROW, 4, 8)
         self.assertTrue(line.startswith("row 4/8 done, zk batched hot 100 (this): "), line)
         for figure in ("900 paid/s", "p99 88.2 ms", "CPU µs/paid service 310.0 postgresql 120.5",
                        "ZK writes/paid 0.010", "refused 17", "orders/cycle 200.0",
@@ -55,7 +50,7 @@ class RowLines(unittest.TestCase):
         self.assertTrue(line.endswith("; exact"), line)
 
     def test_the_open_model_row(self):
-        line = saturate.row_line(OPEN_ROW, 8, 8)
+        line = rows.row_line(OPEN_ROW, 8, 8)
         self.assertTrue(
             line.startswith("row 8/8 done, zk batched, open model 5× hot 1 (baseline): "), line)
         for figure in ("offered 7500/s → 1480 paid/s", "6001 refused/s", "3 dropped by k6",

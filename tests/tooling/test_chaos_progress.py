@@ -3,15 +3,10 @@ the answers so far by status, the requests left unanswered, and the nemeses stri
 A fake clock and a fake sleep drive it: nothing here waits."""
 
 import asyncio
-import sys
 import unittest
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "loadtest"))
-
-from chaoslab.nemesis import Nemesis  # noqa: E402
-from chaoslab.progress import Progress  # noqa: E402
+from loadtest.chaoslab.nemesis import Nemesis
+from loadtest.chaoslab.progress import Progress
 
 
 def answer(status):

@@ -1,0 +1,206 @@
+"""The saturation run's report: saturation.md (the rows, the lapse, the floors and bounds,
+the profiles) and saturation.svg (a bar per row: paid orders/s, and each part's CPU per paid
+order, stacked)."""
+
+from typing import Any
+
+from .. import RESULTS
+from ..common import svg as draw
+from ..common.text import fmt
+from .bounds import bounds
+from .cpu import PARTS
+from .profile import where
+
+
+def ours(cpu: dict[str, float]) -> float:
+    """The sale's own CPU: the service, its PostgreSQL and ZooKeeper."""
+    return cpu["service"] + cpu["postgresql"] + cpu["zookeeper"]
+
+
+def per_cycle_figures(x: dict[str, Any]) -> str:
+    """Orders and ZooKeeper writes per lock cycle, and lock cycles per shared transaction
+    (`–` where the row has no such figure: the open model, older reports, pg-atomic's
+    transactions of their own)."""
+    cycles = x.get("lock_cycles")
+    per_tx = x.get("cycles_per_transaction")
+    return " | ".join([
+        fmt(x["orders_per_cycle"], 1) if cycles else "–",
+        fmt(x["zk_writes"] / cycles, 2) if cycles and x["guard"] == "zk" else "–",
+        fmt(per_tx, 2) if per_tx else "–",
+    ])
+
+
+def accepted(x: dict[str, Any]) -> str:
+    """The accepted orders' p99 as a row reports it: the server's histogram bucket it falls
+    under (closed loops: `≤`), or k6's own figure (the open model)."""
+    p99 = x.get("accepted_p99_ms")
+    if p99 is None:
+        return "–"
+    if x["connections"]:
+        return "≤ " + (fmt(p99) if p99 != float("inf") else "∞")
+    return fmt(p99, 1)
+
+
+def markdown(r: dict[str, Any], chart: str | None = None) -> str:
+    """saturation.md: the rows, the lapse, the floors and bounds, the profiles."""
+    builds = sorted({x["build"] for x in r["rows"]}, key=lambda b: b != "this")
+    out = [f"# seckill saturation ({r['run']}{', quick: not for figures' if r['quick'] else ''})",
+           "", f"{r['machine']['cores']} cores; 3 instances, PostgreSQL, ZooKeeper, the payment "
+           f"provider and wrk on one machine; a closed loop of keep-alive connections "
+           f"(`loadtest/orders.lua`), {r['seconds']} s per row, every order a new buyer, paid "
+           "through the provider. CPU from /proc, per paid order; PostgreSQL's backends for the "
+           "provider's ledger are counted apart (a real gateway's database is not ours)."]
+    if r.get("warm_up_jit_ms"):
+        out += ["", "ZooKeeper was warmed up first: ten hot products sold in 5-s runs until its "
+                "JIT compiler's threads spent under 1 % of a core in two in a row (their ms per "
+                "run: " + " → ".join(f"{ms:.0f}" for ms in r["warm_up_jit_ms"]) + ")."]
+    if r.get("baseline"):
+        out += ["", "Each row ran twice, side by side: **this** build and the **baseline** "
+                f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, the one to "
+                "go first alternating row by row"
+                + (", the other way round from a run without `--swap`." if r.get("swap") else ".")]
+    out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
+            "p99 (ms) | p99 of the accepted (ms) | refused / s | CPU µs / paid: service | "
+            "PostgreSQL | ZooKeeper | service + PostgreSQL + ZooKeeper | provider | its ledger | "
+            "generator | ZK writes / paid | orders / lock cycle | ZK writes / lock cycle | "
+            "lock cycles / transaction | peak RSS so far (MiB) | exact |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        c = x["cpu_us_per_paid"]
+        out.append(
+            f"| {x['build']} | {x['label']} | {x['hot']} | "
+            f"{fmt(x['connections']) if x['connections'] else 'k6, ' + fmt(x['offered_per_s']) + '/s offered'} | "
+            f"{fmt(x['paid_per_s'])} | {fmt(x['p50_ms'], 1)} | {fmt(x['p99_ms'], 1)} | "
+            f"{accepted(x)} | "
+            f"{fmt(x.get('refused_per_s', x['refused'] / x['seconds']))} | {fmt(c['service'], 1)} | {fmt(c['postgresql'], 1)} | "
+            f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
+            f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
+            f"{per_cycle_figures(x)} | "
+            f"{fmt(x['peak_rss_mib'], 1) if x.get('peak_rss_mib') else '–'} | "
+            f"{'yes' if x['exact'] else '**NO**'} |")
+    if r.get("lapse"):
+        out += ["", "**Lapse**: reservations without payment made in a closed loop for "
+                "`--lapse` s (each lasting `ttl`), then, while another product sells, every one "
+                "must be back on sale within the bound of its deadline (from the rows: `expired` "
+                "`updated_at` against `expires_at`).", "",
+                "| build | reservations | made / s | returned | returned / s | lag p50 (s) | "
+                "lag max (s) | still reserved | the sale meanwhile, paid / s | within bound | exact |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, x in r["lapse"].items():
+            out.append(
+                f"| {name} | {fmt(x['made'])} | {fmt(x['made_per_s'])} | {fmt(x['returned'])} | "
+                f"{fmt(x['returned_per_s'])} | {fmt(x['lag_p50_s'], 2)} | {fmt(x['lag_max_s'], 2)} "
+                f"| {fmt(x['still_reserved'])} | {fmt(x['sale_paid_per_s'])} | "
+                f"{'yes' if x['within_bound'] else '**NO**'} (≤ {x['bound_s']} s) | "
+                f"{'yes' if x['exact'] else '**NO**'} |")
+    if chart:
+        out += ["", f"![paid orders/s and CPU per paid order by part, row by row]({chart})"]
+    busy = [x for x in r["rows"] if x.get("zk_jit_ms", 0) >= x["seconds"] * 10]
+    if busy:
+        out += ["", "ZooKeeper's JIT compiler was still at work in "
+                + ", ".join(f"{x['build']} {x['label']} ({x['hot']} hot): {x['zk_jit_ms']:.0f} ms, "
+                            f"{x['zk_jit_ms'] * 1000 / max(x['paid'], 1):.1f} µs per paid order"
+                            for x in busy)
+                + " (over 1 % of a core; counted in ZooKeeper's CPU above)."]
+    out += ["", "Peak RSS per instance (after every row): " + ", ".join(
+        f"{b} {fmt(v, 1)} MiB" for b, v in r["peak_rss_mib"].items()), ""]
+    for b in builds:
+        rows = [x for x in r["rows"] if x["build"] == b]
+        one = next((x for x in rows if x["label"] == "zk batched" and x["hot"] == 1), None)
+        for x in rows if one else []:
+            if x["label"] == "zk batched" and x["hot"] > 1:
+                out.append(f"- {b}: {x['hot']} hot products at {x['paid_per_s'] / one['paid_per_s']:.0%} "
+                           "of one hot product's rate (zk batched)")
+        for over in (x for x in rows if one and (x["connections"] >= 3000 or not x["connections"])):
+            # A refusal's service CPU: what the row's service spent beyond its paid orders at
+            # the 300-connection row's cost each, over the refusals.
+            extra = over["cpu_us"]["service"] - over["paid"] * one["cpu_us_per_paid"]["service"]
+            per_refusal = extra / over["refused"] if over["refused"] else None
+            shape = (f"{fmt(over['connections'])} connections" if over["connections"]
+                     else f"the open model ({fmt(over['offered_per_s'])}/s offered by k6)")
+            out.append(f"- {b}: {shape} at {over['paid_per_s'] / one['paid_per_s']:.2f}× the "
+                       f"300-connection rate; {fmt(over['refused_per_s'])} refusals/s"
+                       + (f", {fmt(per_refusal, 1)} µs of service CPU each (beyond the paid "
+                          "orders' own)" if per_refusal is not None else "")
+                       + f"; p99 of the accepted orders {accepted(over)} ms")
+    if len(builds) == 2:
+        out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
+                "order of the service, PostgreSQL and ZooKeeper):", ""]
+        this = [x for x in r["rows"] if x["build"] == "this"]
+        base = {(x["label"], x["hot"]): x for x in r["rows"] if x["build"] == "baseline"}
+        for a, b in ((a, base[(a["label"], a["hot"])]) for a in this):
+            out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
+                       f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
+                       "the CPU per paid order")
+    out += bounds(r)
+    for prof in r.get("profile") or []:
+        hot = prof["hot"]
+        out += ["", f"## Profile (this build, zk batched, {hot} hot product"
+                f"{'s' if hot > 1 else ''}, one more run with the profilers on)", "",
+                f"Flame graph of instance 0: [{prof['flame']}]({prof['flame']}) (perf, "
+                "software clock). PostgreSQL's statements per paid order (pg_stat_statements, "
+                "the ledger's too; "
+                "execution time is wall time, queueing for the CPU included; rows are what "
+                "each statement returned or changed, WAL records what it wrote to the log: a "
+                "row, an index entry, a commit):", "",
+                "| database | calls / paid | exec µs / paid | rows / paid | WAL records / paid "
+                "| WAL bytes / paid | statement |", "|---|---|---|---|---|---|---|"]
+        paid = max(prof["paid"], 1)
+        for st in prof["statements"]:
+            q = st["query"].replace("|", "\\|")
+            wal = (f"{st['wal_records'] / paid:.1f} | {st['wal_bytes'] / paid:,.0f}"
+                   if "wal_records" in st else " | ")
+            out.append(f"| {st['database']} | {st['calls_per_paid']:.3f} | "
+                       f"{st['us_per_paid']:.1f} | {st['rows'] / paid:.2f} | {wal} | `{q}` |")
+        folded = RESULTS / prof["flame"].replace(".svg", ".folded")
+        if folded.exists():
+            kernel, shares = where(folded)
+            out += ["", f"Where the instance's samples go (a sample counts once, in the first "
+                    f"part below whose code is on its stack; {kernel:.0%} of all samples are in "
+                    "the kernel, syscalls and interrupts, whatever part made them):", "",
+                    "| part | samples |", "|---|---|"]
+            out += [f"| {name} | {share:.1%} |" for name, share in shares]
+    return "\n".join(out) + "\n"
+
+
+def svg(r: dict[str, Any]) -> str:
+    """The saturation run, a bar per row: paid orders/s, and the CPU µs each part spent per
+    paid order, stacked."""
+    rows = r["rows"]
+    two = len({x["build"] for x in rows}) > 1
+    w, pad, bar, label_w = 460, 40, 22, 190
+    h = pad + len(rows) * (bar + 6) + 30
+
+    def name(x):
+        n = f"{x['label']}, {x['hot']} hot"
+        return f"{n} ({x['build']})" if two else n
+
+    def panel(ox, title, segments, top):
+        # A bar past `top` (the overload row's CPU, mostly refusals) is cut at the edge.
+        room = w - label_w - 50
+        scale = room / top
+        g = [draw.text(w / 2, 20, title, text_anchor="middle", font_weight="bold")]
+        for i, x in enumerate(rows):
+            y = pad + i * (bar + 6)
+            g.append(draw.text(label_w - 6, y + bar / 2 + 4, name(x), text_anchor="end",
+                               font_size=11))
+            at, end = label_w, label_w + room
+            for value, colour in segments(x):
+                width = max(min(value * scale, end - at), 0)
+                g.append(draw.rect(at, y, width, bar, colour))
+                at += width
+            total = sum(v for v, _ in segments(x))
+            cut = "›" if total * scale > room + 0.5 else ""
+            g.append(draw.text(at + 4, y + bar / 2 + 4, f"{cut}{fmt(total)}", font_size=11))
+        return draw.group(g, transform=f"translate({ox},0)")
+
+    cpu = lambda x: [(x["cpu_us_per_paid"][k], colour) for k, (_, colour) in PARTS.items()]
+    totals = sorted(sum(v for v, _ in cpu(x)) for x in rows)
+    body = [
+        panel(0, "Paid orders/s (wrk, 3 instances)", lambda x: [(x["paid_per_s"], "#d64545")],
+              max(x["paid_per_s"] for x in rows)),
+        panel(w, "CPU µs per paid order, by part", cpu,
+              min(totals[-1], 4 * totals[len(totals) // 2])),
+        *draw.legend(PARTS.values(), w + 20, h - 18, 75, font_size=10),
+    ]
+    return draw.document(2 * w, h, body)

@@ -1,11 +1,13 @@
 // End-to-end tests of the teaching page in headless Debian Chromium, against two real
-// seckill instances (and the real PostgreSQL and ZooKeeper behind them), plus a third with a
-// long ZooKeeper root for the phone layout test.
+// seckill instances (and the real PostgreSQL and ZooKeeper behind them), plus others on
+// ZooKeeper roots of their own: a long one for the phone layout test, one killed and restarted.
 //
 // Run by scripts/test, which provides:
-//   SECKILL_BIN      the server binary
-//   E2E_DATABASE_URL a fresh database for this run
-//   SECKILL_ZK       ZooKeeper connect string
+//   SECKILL_BIN              the server binary
+//   E2E_DATABASE_URL         a fresh database for this run
+//   E2E_OTHER_DATABASE_URL   another, for the instance with a long ZooKeeper root
+//   E2E_SURVIVE_DATABASE_URL another, for the instance that is killed and restarted
+//   SECKILL_ZK               ZooKeeper connect string
 // Screenshots go to tests/browser/screenshots/ (git-ignored); page-en.png and page-zh.png (and
 // their -phone versions, 390 px wide) show the whole page in each language, lab-semaphore.png
 // and lab-rwlock.png the lock lab.
@@ -13,6 +15,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { connect, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -67,9 +70,56 @@ function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}`, request
     child.on('exit', (code) => reject(new Error(`${instance} exited with ${code}`)));
     createInterface({ input: child.stdout }).once('line', (line) => {
       clearTimeout(timer);
-      resolve(line.replace('seckill listening on ', '').trim());
+      const base = line.replace('seckill listening on ', '').trim();
+      running.set(base, child);
+      resolve(base);
     });
   });
+}
+
+// The instance serving `base`, by its URL: a test that stops one finds it here.
+const running = new Map();
+
+// Kills the instance serving `base` at once (no graceful shutdown: a crash, as a page meets
+// it) and resolves when it has exited.
+function killServer(base) {
+  const child = running.get(base);
+  running.delete(base);
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGKILL');
+  return exited;
+}
+
+// A TCP proxy on a free loopback port to `proxy.backend` (a base URL, or null): one address for
+// a page whose server dies and comes back on a fresh port (its old one may be taken by then).
+// Each connection goes to the backend of the moment; without one, or refused, it is dropped.
+async function startProxy(backend) {
+  const proxy = { backend, url: '', close: null };
+  const sockets = new Set();
+  const server = createServer((client) => {
+    const target = proxy.backend && new URL(proxy.backend);
+    if (!target) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect(Number(target.port), target.hostname);
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+    }
+    // An error on either side drops the other, as a dead server would; an end is passed on.
+    upstream.on('error', () => client.destroy());
+    client.on('error', () => upstream.destroy());
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  proxy.url = `http://127.0.0.1:${server.address().port}`;
+  proxy.close = () => {
+    for (const socket of sockets) socket.destroy();
+    return new Promise((resolve) => server.close(resolve));
+  };
+  return proxy;
 }
 
 // `batchMax` 1 gives every order a lock of its own (one queue node per buyer, the queue and
@@ -194,6 +244,80 @@ test('the simulator sells a zk product exactly and shows a none product oversell
   await page.locator(`.product[data-product="${none}"] .oversold`).waitFor();
   await page.screenshot({ path: join(shots, 'simulator.png'), fullPage: true });
   await page.close();
+});
+
+// What a screen reader is told: a change inside a live region (aria-live other than off, or a
+// role that implies it: status, alert, log, marquee, timer; an <output> is a status).
+const LIVE = '[aria-live]:not([aria-live="off"]), [role="status"], [role="alert"], [role="log"], [role="marquee"], [role="timer"], output';
+// The lists a sale redraws many times a second: shown, never read aloud.
+const LIVE_LISTS = ['#products', '#queue', '#log', '#sem-leases', '#sem-waiters', '#rw-holders', '#rw-waiters'];
+
+// Counts, from now on, the text changes (nodes added or removed, text changed: what a live
+// region announces by default) inside each live region, and the changes inside each list.
+function countAnnouncements(page) {
+  return page.evaluate(([live, lists]) => {
+    const kind = (region) =>
+      region.matches('.verdict') ? 'verdict'
+        : region.matches('output') ? 'result'
+        : region.querySelector('#live-text') ? 'status'
+        : 'other';
+    const name = (region) => {
+      const tag = `${region.tagName.toLowerCase()}${region.classList.length ? `.${region.classList[0]}` : ''}`;
+      const owner = region.closest('[id]');
+      return region.id ? `${tag}#${region.id}` : `${owner ? `#${owner.id} ` : ''}${tag}`;
+    };
+    window.announced = {}; // region -> {kind, changes}
+    window.listChanges = {}; // list -> changes
+    new MutationObserver((records) => {
+      for (const record of records) {
+        const el = record.target.nodeType === Node.ELEMENT_NODE ? record.target : record.target.parentElement;
+        if (!el) continue;
+        const region = el.closest(live);
+        if (region) {
+          const entry = (window.announced[name(region)] ??= { kind: kind(region), changes: 0 });
+          entry.changes += 1;
+        }
+        for (const list of lists) if (el.closest(list)) window.listChanges[list] = (window.listChanges[list] ?? 0) + 1;
+      }
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  }, [LIVE, LIVE_LISTS]);
+}
+
+test('announcements, not floods: during a sale only verdicts, results and the status are live, a few changes each', async (t) => {
+  const zk = await createProduct(a, 20, 'zk', 1);
+  const none = await createProduct(a, 20, 'none');
+  const page = await openPage(a);
+  await page.locator(`.product[data-product="${none}"]`).waitFor();
+  // Not announced: no list is a live region, nor inside one.
+  const liveLists = await page.evaluate(
+    ([live, lists]) => lists.filter((list) => document.querySelector(list)?.closest(live)),
+    [LIVE, LIVE_LISTS],
+  );
+  await page.selectOption('#lane-a .lane-product', String(zk));
+  await page.selectOption('#lane-b .lane-product', String(none));
+  await page.selectOption('#queue-product', String(zk));
+  await page.fill('#sim-buyers', '120');
+  await countAnnouncements(page);
+
+  await stepMode(a, zk, 'start');
+  await page.click('#sim-run');
+  await page.locator('#queue .ticket.waiting').first().waitFor({ timeout: 15_000 });
+  await stepMode(a, zk, 'stop');
+  await page.locator('#lane-a[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#lane-b[data-state="done"]').waitFor({ timeout: 60_000 });
+  await page.locator('#sim-run:not([disabled])').waitFor();
+  const { announced, listChanges } = await page.evaluate(() => ({ announced: window.announced, listChanges: window.listChanges }));
+  const told = Object.entries(announced).map(([region, { kind, changes }]) => `${region} (${kind}): ${changes}`);
+  await page.close();
+  t.diagnostic(`announced during the sale: ${told.join(', ')}; list changes: ${JSON.stringify(listChanges)}`);
+  // Nothing but verdicts, results and the connection status speaks, and each only a few times.
+  assert.deepEqual(Object.entries(announced).filter(([, { changes }]) => changes > 6).map(([region]) => region), [], `flooded; announced: ${told}`);
+  assert.deepEqual(Object.entries(announced).filter(([, { kind }]) => kind === 'other').map(([region]) => region), [], `announced: ${told}`);
+  assert.deepEqual(liveLists, [], 'lists a screen reader would read out at every redraw');
+  // The sale's verdicts were announced: each lane's, selling then its result.
+  assert.ok(announced['#lane-a p.verdict']?.changes > 0 && announced['#lane-b p.verdict']?.changes > 0, `no verdict announced: ${told}`);
+  // The lists did update, unannounced.
+  for (const list of ['#products', '#queue', '#log']) assert.ok(listChanges[list] > 0, `${list} did not change during the sale`);
 });
 
 test('the simulator compares a lock per order with a batched lock, side by side', async () => {
@@ -421,6 +545,88 @@ test('money on the page: an order shows its payment; a lost answer is seen pendi
   await page.close();
 });
 
+// A page whose server goes away mid-sale (killed: no goodbye) and comes back: the page says
+// so, in the reader's language, keeps no verdict from a read that failed, and carries on once
+// the server answers again. The page's address is a proxy's, so the server can come back on
+// any free port. Its own ZooKeeper root and database: the dead session's leases (held until
+// ZooKeeper expires it) hold up no other test.
+test('a page that survives its server: stopped mid-sale and restarted, it says so in both languages and carries on', async () => {
+  const options = { zkRoot: `/seckill-e2e/survive-${process.pid}`, databaseUrl: need('E2E_SURVIVE_DATABASE_URL') };
+  const proxy = await startProxy(await startServer('e2e-survive', options));
+  const base = proxy.url;
+  // A lock per order and think time: the sale lasts seconds, long enough to be cut short.
+  const zk = await createProduct(base, 300, 'zk', 1);
+  const later = await createProduct(base, 5, 'pg-atomic');
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, locale: 'en-US' });
+  // A server that is gone makes the browser log every refused connection; anything else
+  // logged, and any exception the page leaves uncaught, counts.
+  const errors = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/net::ERR_|^Failed to load resource: the server responded with a status of (409|429|503)/.test(m.text())) errors.push(m.text());
+  });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  try {
+    await survive(page, proxy, zk, later, async () => {
+      proxy.backend = await startServer('e2e-survive', options);
+    });
+  } finally {
+    await page.close();
+    await proxy.close();
+  }
+  assert.deepEqual(errors, [], 'errors on the page');
+});
+
+// The steps of the test above, on its page (closed whatever happens), through `proxy`.
+async function survive(page, proxy, zk, later, restart) {
+  const base = proxy.url;
+  await page.goto(base);
+  await waitLive(page);
+  await page.locator(`.product[data-product="${zk}"]`).waitFor();
+  await page.selectOption('#lane-a .lane-product', String(zk));
+  await page.selectOption('#lane-b .lane-product', String(zk)); // same product: runs once
+  await page.fill('#sim-buyers', '300');
+  await page.click('#sim-run');
+  await page.waitForFunction(() => document.querySelector('#lane-a progress').value >= 5, null, { timeout: 15_000 });
+
+  // The proxy lets go of the backend first: its port, free once it dies, may be anyone's.
+  const dead = proxy.backend;
+  proxy.backend = null;
+  await killServer(dead);
+  // Said, in English: the server is away and the page keeps trying.
+  await page.locator('#live-text', { hasText: /server unreachable/i }).waitFor({ timeout: 15_000 });
+  assert.equal(await page.isVisible('#live-text'), true);
+  // The sale ends without its audit: "could not read", never a verdict.
+  await page.locator('#lane-a .verdict', { hasText: /could not read/i }).waitFor({ timeout: 30_000 });
+  assert.doesNotMatch(await page.textContent('#lane-a .verdict'), /consistent|oversold/i);
+  assert.equal(await page.getAttribute('#lane-a', 'data-oversold'), null);
+  await page.locator('#sim-run:not([disabled])').waitFor();
+  // A purchase meanwhile: the failed request is shown, and the button is back.
+  await page.selectOption('#buy-product', String(later));
+  await page.click('#buy button[type=submit]');
+  await page.locator('#buy-result.err', { hasText: /unreachable/i }).waitFor({ timeout: 15_000 });
+  assert.equal(await page.isEnabled('#buy button[type=submit]'), true);
+  // And in 中文, switched while the server is away.
+  await setLanguage(page, 'zh');
+  assert.match(await page.textContent('#live-text'), /无法连接服务器/);
+  assert.match(await page.textContent('#lane-a .verdict'), /无法读取/);
+  assert.match(await page.textContent('#buy-result'), /无法连接服务器/);
+
+  // Back on another port, the same root and database: the page says so (in 中文, then in English).
+  await restart();
+  await page.locator('#live-dot.on').waitFor({ timeout: 30_000 });
+  await page.locator('#live-text', { hasText: /已恢复/ }).waitFor();
+  await setLanguage(page, 'en');
+  assert.match(await page.textContent('#live-text'), /live again/i);
+  // And carries on: a sale made now shows on its card, from the event stream.
+  const bought = await fetch(`${base}/orders`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ product_id: later, user_id: 'e2e-after-restart' }),
+  });
+  assert.equal(bought.status, 201, await bought.text());
+  await page.locator(`.product[data-product="${later}"] [data-k="stock"]`, { hasText: /^4$/ }).waitFor({ timeout: 10_000 });
+}
+
 test('the page fits a phone screen', async () => {
   const page = await openPage(a, { width: 390, height: 844 });
   const wide = await page.evaluate(() =>
@@ -544,7 +750,7 @@ test('both languages have every text: the same keys and placeholders, every erro
   assert.ok(codes.length >= 27 && statuses.length >= 8, 'the codes and statuses from /openapi.json');
   const problems = await page.evaluate(
     async ({ codes, statuses }) => {
-      const { dictionaries } = await import('/i18n.js');
+      const { dictionaries } = await import('/js/i18n.js');
       const { en, zh } = dictionaries;
       const found = [];
       const slots = (text) => new Set([...text.matchAll(/\{(\w+)\}/g)].map((m) => m[1]));
@@ -848,7 +1054,7 @@ test('the lock lab in 中文: its texts, and what it draws from the locks', asyn
   const page = await openLab(a);
   try {
     await setLanguage(page, 'zh');
-    const zh = await page.evaluate(async () => (await import('/i18n.js')).dictionaries.zh);
+    const zh = await page.evaluate(async () => (await import('/js/i18n.js')).dictionaries.zh);
     const texts = {
       '#lab-h': 'lab.heading',
       '#sem-h': 'sem.heading',

@@ -1,0 +1,70 @@
+// The teaching page: the shop, a two-lane flash-sale simulator, the live lock queue, herd vs
+// fair, the crash/zombie demos, money and the lock lab, one module each. Plain ES modules,
+// no build step. Everything live comes from one server-sent-events stream (/api/events),
+// except the lock lab's two views, polled while the page is visible. No module holds a
+// user-visible sentence: the texts are in /i18n/en.js and /i18n/zh.js.
+
+import { openEvents } from './api.js';
+import { initI18n, t } from './i18n.js';
+import { $, setText } from './render.js';
+import { store } from './state.js';
+import { initLog } from './log.js';
+import { loadProducts, onProductEvent } from './products.js';
+import { initShop } from './shop.js';
+import { initSimulator } from './simulator.js';
+import { initQueue, onQueueEvent, reloadLockViews } from './queue.js';
+import { initHerd } from './herd.js';
+import { initCrash, onDemoEvent } from './crash.js';
+import { initMoney } from './money.js';
+import { initLab } from './lab.js';
+
+const CONN_TEXT = {
+  connecting: 'live.connecting',
+  live: 'live.on',
+  reconnecting: 'live.reconnecting',
+  away: 'live.away',
+  back: 'live.back',
+};
+
+// The header's status: the one place that says whether the page hears the server.
+function initStatus() {
+  const status = $('.live');
+  store.subscribe(['conn', 'lang'], ({ conn }) => {
+    status.dataset.conn = conn;
+    $('#live-dot').classList.toggle('on', conn === 'live' || conn === 'back');
+    setText($('#live-text'), t(CONN_TEXT[conn]));
+  });
+}
+
+// The admin token, as typed: kept for this tab's session, sent by the admin requests.
+function initAdminToken() {
+  const input = $('#admin-token');
+  const keep = () => {
+    const token = input.value.trim();
+    sessionStorage.setItem('seckill-admin', token);
+    store.set({ adminToken: token });
+  };
+  input.value = sessionStorage.getItem('seckill-admin') || '';
+  keep();
+  input.addEventListener('input', keep);
+}
+
+// The language first: every section draws in it from its first subscription.
+initI18n();
+initStatus();
+initAdminToken();
+initLog();
+initShop();
+initSimulator();
+initQueue();
+initHerd();
+initCrash();
+initMoney();
+initLab();
+// At every opening of the stream (the first, and after the server was away) the products and
+// lock views are read whole: updates sent while the stream was closed were missed.
+openEvents('/api/events', { product: onProductEvent, queue: onQueueEvent, demo: onDemoEvent }, () => {
+  loadProducts();
+  reloadLockViews();
+});
+loadProducts();

@@ -92,7 +92,7 @@ pub struct Config {
     pub max_unpaid_share: f64,
 
     /// Most open connections per instance; beyond it a new connection is answered 503
-    /// `too_busy` (Retry-After) and closed. Also kept below the process's open-file limit.
+    /// `overloaded` (Retry-After) and closed. Also kept below the process's open-file limit.
     #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
 

@@ -212,10 +212,19 @@ pub fn within_open_files(wanted: usize, reserved: usize) -> usize {
 
 /// Answers a connection over the cap without reading it, and closes it.
 async fn refuse(mut stream: TcpStream) {
-    let body = ApiError::Overloaded("connections").body();
+    // Written by hand (no hyper on this socket), from the same table as every answer.
+    let error = ApiError::Overloaded("connections");
+    let status = error.status();
+    let retry = error
+        .retry_after()
+        .map(|s| format!("retry-after: {s}\r\n"))
+        .unwrap_or_default();
+    let body = error.body();
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {PROBLEM_JSON}\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {} {}\r\ncontent-type: {PROBLEM_JSON}\r\n\
+         {retry}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
         body.len()
     );
     let write = async {

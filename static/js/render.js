@@ -24,9 +24,16 @@ const piece = (value) => {
 /// html`<b>${text}</b>`: every interpolation escaped, unless it is SafeHtml already.
 export const html = (strings, ...values) => new SafeHtml(strings.reduce((out, s, i) => out + piece(values[i - 1]) + s));
 
+// The markup each node was last given, and what the browser made of it: an unchanged
+// rewrite is skipped, since a live region announces every write, even of the same words.
+const written = new WeakMap();
+
 export function setHtml(node, safe) {
   if (!(safe instanceof SafeHtml)) throw new TypeError('setHtml takes html`` or trusted() markup only');
+  const last = written.get(node);
+  if (last && last.given === safe.html && last.made === node.innerHTML) return;
   node.innerHTML = safe.html;
+  written.set(node, { given: safe.html, made: node.innerHTML });
 }
 
 /// Writes `text` only when it differs: a live region announces every write, even of the same words.

@@ -212,7 +212,8 @@ pub fn retry_after(error: &Error) -> Option<u64> {
 }
 
 impl ApiError {
-    fn retry_after(&self) -> Option<u64> {
+    /// The `Retry-After` seconds of this answer, when it is retryable.
+    pub(in crate::http) fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::Domain(e) => retry_after(e),
             other => Problem::known(other.code()).retryable.then_some(1),

@@ -212,11 +212,20 @@ fn declared_too_large(request: &Request) -> Option<Response> {
 
 /// Bounds every request. An order outlives its request (it runs in its own task), so a
 /// timed-out buyer retries with the same Idempotency-Key to learn the outcome.
+///
+/// An order answers a margin before this bound, with its id. After a pause of the whole
+/// process (SIGSTOP, a stalled host) both expire at once; the order's answer is then due
+/// within moments, and gets [`BOUND_GRACE`] to arrive before the bare 503, which names no
+/// order (a buyer told that about an order that was paid cannot find it).
 async fn time_limit(
     answer: impl std::future::Future<Output = Response>,
     limit: std::time::Duration,
 ) -> Response {
-    match tokio::time::timeout(limit, answer).await {
+    let mut answer = std::pin::pin!(answer);
+    if let Ok(response) = tokio::time::timeout(limit, &mut answer).await {
+        return response;
+    }
+    match tokio::time::timeout(BOUND_GRACE, answer).await {
         Ok(response) => response,
         Err(_) => ApiError::Domain(Error::Unavailable(anyhow::anyhow!(
             "request took over {limit:?}"
@@ -224,6 +233,9 @@ async fn time_limit(
         .into_response(),
     }
 }
+
+/// How long past its bound a request may still get the answer that was due before it.
+const BOUND_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The last net: an error answer that is not JSON yet (from the static files, or a rejection
 /// no extractor of ours saw) gets our shape, with the same status.
@@ -398,6 +410,7 @@ pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn constant_time_eq_compares_whole_tokens() {
@@ -405,5 +418,26 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_due_as_the_bound_expires_is_sent_not_a_bare_503() {
+        // An order's own answer is due a margin before the edge's bound. A pause of the whole
+        // process (SIGSTOP, a stalled host) can let both expire while nothing runs: on waking,
+        // the named answer (402 here, an order's `outcome_pending` in the chaos sale that found
+        // this) must win over the bound's 503, which names no order.
+        let answer = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            StatusCode::PAYMENT_REQUIRED.into_response()
+        });
+        let mut bounded = Box::pin(time_limit(
+            async move { answer.await.unwrap() },
+            Duration::from_millis(60),
+        ));
+        assert!(futures::poll!(&mut bounded).is_pending());
+        // The answer's task starts its wait, then the pause: both deadlines pass.
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(bounded.await.status(), StatusCode::PAYMENT_REQUIRED);
     }
 }

@@ -75,7 +75,10 @@ export async function request(path, { method = 'GET', body, admin = false, idemp
 /// How long to wait before asking again: the answer's Retry-After, or (no answer) a backoff
 /// that doubles with each attempt, jittered so that many buyers do not come back at once.
 export const retryDelay = (problem, attempt) =>
-  problem.retryAfter > 0 ? problem.retryAfter * 1000 : 250 * 2 ** attempt * (0.5 + Math.random());
+  problem.retryAfter > 0 ? problem.retryAfter * 1000 : backoff(250, attempt);
+
+/// `base` doubled `attempt` times (at most 8 s), jittered: the one backoff of the page.
+const backoff = (base, attempt) => Math.min(8000, base * 2 ** attempt) * (0.5 + Math.random());
 
 // ---------------------------------------------------------------- the connection's state
 
@@ -112,7 +115,7 @@ export function openEvents(path, handlers, onOpen) {
       source.close();
       streamIs(false);
       failures += 1;
-      setTimeout(connect, Math.min(8000, 500 * 2 ** (failures - 1)) * (0.5 + Math.random()));
+      setTimeout(connect, backoff(500, failures - 1));
     };
     for (const [name, handle] of Object.entries(handlers)) {
       source.addEventListener(name, (event) => handle(JSON.parse(event.data)));

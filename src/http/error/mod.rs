@@ -100,6 +100,14 @@ pub fn status_of(error: &Error) -> StatusCode {
 }
 
 impl ApiError {
+    /// The `Retry-After` seconds of this answer, when it is retryable.
+    pub(in crate::http) fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Domain(e) => retry_after(e),
+            other => Problem::known(other.code()).retryable.then_some(1),
+        }
+    }
+
     pub fn invalid(message: impl Into<String>) -> Self {
         ApiError::Domain(Error::invalid(message))
     }
@@ -209,16 +217,6 @@ pub fn retry_after(error: &Error) -> Option<u64> {
             .retry_after()
             .map_or(1, |wait| wait.as_secs_f64().ceil() as u64)
     })
-}
-
-impl ApiError {
-    /// The `Retry-After` seconds of this answer, when it is retryable.
-    pub(in crate::http) fn retry_after(&self) -> Option<u64> {
-        match self {
-            ApiError::Domain(e) => retry_after(e),
-            other => Problem::known(other.code()).retryable.then_some(1),
-        }
-    }
 }
 
 /// RFC 9457's media type.

@@ -6,10 +6,11 @@
 //! (`pg_terminate_backend`), which aborts the transaction unless its COMMIT is already being
 //! applied, and the status is read again. Until it is known the outcome stays unknown.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::{PgPool, Postgres, Transaction};
-use tokio::time::Instant;
+
+use crate::database::Bound;
 
 /// A transaction that has written, and what PostgreSQL needs to tell later whether it
 /// committed.
@@ -33,15 +34,22 @@ pub enum CommitError {
 }
 
 impl Tracked {
-    /// Commits. If the COMMIT answers with an error, asks PostgreSQL until `deadline`
-    /// whether it committed all the same: `Ok(())` if it did.
-    pub async fn commit(self, db: &PgPool, deadline: Instant) -> Result<(), CommitError> {
+    /// Commits within `bound` (a COMMIT that does not answer by then is abandoned, its
+    /// connection closed). If the COMMIT failed or was abandoned, asks PostgreSQL whether it
+    /// committed all the same, for one more step at most (and never past `bound.by`): `Ok(())`
+    /// if it did. Bounded so: a PostgreSQL that cannot be reached now will not answer within
+    /// the order's time either, and the lock cycle waiting here holds its product's lock.
+    pub async fn commit(self, db: &PgPool, bound: Bound) -> Result<(), CommitError> {
         let Tracked { tx, xid, pid } = self;
-        let Err(failed) = tx.commit().await else {
+        let Err(failed) = bound.run(tx.commit()).await else {
             return Ok(());
         };
         tracing::warn!(xid, error = %failed, "a COMMIT did not answer; asking PostgreSQL whether it committed");
-        match outcome(db, xid, pid, deadline).await {
+        let ask = Bound {
+            step: bound.step,
+            by: bound.by.min(Instant::now() + bound.step),
+        };
+        match outcome(db, xid, pid, ask).await {
             Some(true) => {
                 tracing::warn!(xid, "the COMMIT whose answer was lost did commit");
                 Ok(())
@@ -52,20 +60,21 @@ impl Tracked {
     }
 }
 
-/// Whether transaction `xid` committed (`None`: not known by `deadline`). A transaction
+/// Whether transaction `xid` committed (`None`: not known by `bound.by`). A transaction
 /// still in progress is ended first, by ending its backend `pid` (only while that backend
 /// still runs that transaction: a pid can be reused).
-async fn outcome(db: &PgPool, xid: i64, pid: i32, deadline: Instant) -> Option<bool> {
+async fn outcome(db: &PgPool, xid: i64, pid: i32, bound: Bound) -> Option<bool> {
+    let deadline = bound.by;
     let mut pause = Duration::from_millis(20);
     loop {
-        match status(db, xid).await {
+        match bound.run(status(db, xid)).await {
             Ok(Some(status)) if status == "committed" => return Some(true),
             Ok(Some(status)) if status == "aborted" => return Some(false),
-            Ok(Some(_in_progress)) => match end_backend(db, xid, pid).await {
+            Ok(Some(_in_progress)) => match bound.run(end_backend(db, xid, pid)).await {
                 // Ended (waited for): its transaction is settled now, whatever the deadline
                 // says: read it once more rather than answer "not known".
                 Ok(true) => {
-                    return match status(db, xid).await {
+                    return match Bound::steps(bound.step).run(status(db, xid)).await {
                         Ok(Some(status)) if status == "committed" => Some(true),
                         Ok(Some(status)) if status == "aborted" => Some(false),
                         _ => None,
@@ -85,6 +94,7 @@ async fn outcome(db: &PgPool, xid: i64, pid: i32, deadline: Instant) -> Option<b
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
+        // (Each ask above is bounded by `bound`, so the loop ends by `deadline`.)
     }
 }
 

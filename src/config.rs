@@ -240,6 +240,13 @@ impl Config {
         Duration::from_millis(self.lock_timeout_ms)
     }
 
+    /// What every PostgreSQL session is told, and the client's bound on each step.
+    pub fn db_timeouts(&self) -> crate::database::Timeouts {
+        crate::database::Timeouts {
+            statement: Duration::from_millis(self.db_statement_timeout_ms),
+        }
+    }
+
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }

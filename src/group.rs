@@ -11,7 +11,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
 use tokio::sync::oneshot;
+
+/// Items of a refused group written again each alone, at most this many at once (each takes
+/// a connection of the pool for its statement).
+const ALONE_AT_ONCE: usize = 4;
 
 /// What one item's write came to, or why its statement failed.
 pub type Written<O> = Result<O, Arc<sqlx::Error>>;
@@ -120,13 +125,24 @@ where
                         let _ = reply.send(Ok(outcome));
                     }
                 }
-                // One item PostgreSQL refuses must not fail the others with it: each alone.
-                // (Only a refusal: an outage would fail each alone too, one wait each.)
+                // One item PostgreSQL refuses must not fail the others with it: each alone,
+                // a few at once, so that one item that waits out its statement's bound (a
+                // row another transaction holds) delays the others by one statement, not one
+                // each. (Only a refusal: an outage would fail each alone too.)
                 Err(sqlx::Error::Database(_)) if items.len() > 1 => {
-                    for (item, reply) in items.into_iter().zip(replies) {
-                        let alone = (self.inner.write)(vec![item]).await;
-                        let _ = reply.send(alone.map(|mut one| one.remove(0)).map_err(Arc::new));
-                    }
+                    let write = &self.inner.write;
+                    let alone = items
+                        .into_iter()
+                        .zip(replies)
+                        .map(|(item, reply)| async move {
+                            let alone = write(vec![item]).await;
+                            let _ =
+                                reply.send(alone.map(|mut one| one.remove(0)).map_err(Arc::new));
+                        });
+                    futures_util::stream::iter(alone)
+                        .buffer_unordered(ALONE_AT_ONCE)
+                        .for_each(|()| async {})
+                        .await;
                 }
                 Err(e) => {
                     let e = Arc::new(e);

@@ -22,6 +22,8 @@
 //! - [`lock`]: the ZooKeeper session, the fair, fenced per-product lock, and Curator's other
 //!   recipes (semaphore, read-write lock, reentrancy).
 //! - [`error`]: the domain's one error type (no HTTP in it).
+//! - [`database`]: the pool's sessions and the client's bound on every step of a sale's
+//!   transactions (a silent or slow PostgreSQL).
 //! - [`commit`]: a transaction's COMMIT whose answer was lost, decided by PostgreSQL itself.
 //! - [`group`]: group writes (many small writes, one statement), for payment answers and
 //!   the provider's ledger.
@@ -34,6 +36,7 @@
 
 pub mod commit;
 pub mod config;
+pub mod database;
 pub mod error;
 pub mod events;
 pub mod flags;

@@ -207,7 +207,10 @@ impl Provider {
             }
             let last = match self.once(request().timeout(self.timeout.min(left))).await {
                 Ok(answer) => return Ok(answer),
-                Err(e) => e,
+                // The provider's final word (a refused key, a request it will never take):
+                // asking again under the same key cannot change it.
+                Err(Failed::Final(e)) => return Err(Unknown(e)),
+                Err(Failed::Again(e)) => e,
             };
             tracing::debug!(error = %last, "payment provider did not answer; retrying under the same key");
             if Instant::now() + pause >= deadline {
@@ -218,18 +221,49 @@ impl Provider {
         }
     }
 
-    async fn once(&self, request: reqwest::RequestBuilder) -> Result<Option<Charge>, String> {
-        let response = request.send().await.map_err(|e| chain(&e))?;
-        match response.status().as_u16() {
-            200 => response
+    /// One request. `Ok(None)` only on the provider's own answer that it has no charge under
+    /// the key (`no_such_charge`): any other 404 (a wrong `--payment-url`, a proxy's page)
+    /// says nothing about what was charged.
+    async fn once(&self, request: reqwest::RequestBuilder) -> Result<Option<Charge>, Failed> {
+        let response = request.send().await.map_err(|e| Failed::Again(chain(&e)))?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return response
                 .json::<Charge>()
                 .await
                 .map(Some)
-                .map_err(|e| format!("reading the answer: {e}")),
-            404 => Ok(None),
-            status => Err(format!("answered {status}")),
+                .map_err(|e| Failed::Again(format!("reading the answer: {e}")));
         }
+        let problem = response.json::<serde_json::Value>().await.ok();
+        let code = problem.as_ref().and_then(|p| p["error"].as_str());
+        if status == 404 && code == Some("no_such_charge") {
+            return Ok(None);
+        }
+        let said = format!(
+            "answered {status} {}",
+            code.unwrap_or("(not a problem answer)")
+        );
+        let retryable = problem.as_ref().and_then(|p| p["retryable"].as_bool());
+        Err(match retryable {
+            Some(true) => Failed::Again(said),
+            Some(false) => Failed::Final(said),
+            // Not the provider's own answer: a refusal of the request itself (a 4xx other
+            // than a timeout or a rate limit) will not change; anything else may.
+            None if (400..500).contains(&status) && !matches!(status, 408 | 429) => {
+                Failed::Final(said)
+            }
+            None => Failed::Again(said),
+        })
     }
+}
+
+/// Why one request got no charge back.
+#[derive(Debug)]
+enum Failed {
+    /// Worth asking again under the same key (no answer, a 5xx, a retryable problem).
+    Again(String),
+    /// The provider's final answer to this request (`retryable: false`).
+    Final(String),
 }
 
 /// An error with its causes: reqwest's own message ("error sending request") hides what went
@@ -243,4 +277,70 @@ fn chain(error: &dyn std::error::Error) -> String {
         cause = e.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A server on 127.0.0.1 that answers every request with `status` and `body`, counting
+    /// them: the provider's client talks to it over HTTP as it would to a gateway.
+    async fn answering(status: u16, body: &'static str) -> (String, Arc<AtomicUsize>) {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let app = axum::Router::new().fallback(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                (
+                    axum::http::StatusCode::from_u16(status).unwrap(),
+                    [("content-type", "application/problem+json")],
+                    body,
+                )
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, asked)
+    }
+
+    fn client(url: &str) -> Provider {
+        Provider::new(url, Duration::from_millis(500), Some("key")).unwrap()
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
+    #[tokio::test]
+    async fn only_the_providers_own_no_such_charge_means_nothing_was_charged() {
+        let (url, _) = answering(404, r#"{"error":"no_such_charge","retryable":false}"#).await;
+        assert!(client(&url).lookup("k", soon()).await.unwrap().is_none());
+        // A 404 from anything else (a wrong --payment-url, a proxy's page) says nothing.
+        let (url, _) = answering(404, "<html>Not Found</html>").await;
+        assert!(client(&url).lookup("k", soon()).await.is_err());
+        let (url, _) = answering(404, r#"{"error":"no_route"}"#).await;
+        assert!(client(&url).lookup("k", soon()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_final_answer_is_not_asked_again_and_a_retryable_one_is() {
+        let (url, asked) = answering(400, r#"{"error":"invalid_request","retryable":false}"#).await;
+        assert!(client(&url).charge("k", 100, soon()).await.is_err());
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "a final answer is final");
+        // Not the provider's own answer: a refusal of the request (401) is final too.
+        let (url, asked) = answering(401, "unauthorized").await;
+        assert!(client(&url).lookup("k", soon()).await.is_err());
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        let (url, asked) =
+            answering(503, r#"{"error":"provider_unavailable","retryable":true}"#).await;
+        assert!(client(&url).charge("k", 100, soon()).await.is_err());
+        assert!(
+            asked.load(Ordering::SeqCst) >= 2,
+            "a retryable answer is asked again under the same key"
+        );
+    }
 }

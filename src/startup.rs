@@ -4,17 +4,16 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::database;
 use crate::events::Events;
 use crate::flags::{Flags, Seal};
 use crate::http::{self, AppState, Handles};
@@ -52,20 +51,14 @@ impl Application {
                 >= config.request_timeout() + orders::ANSWER_MARGIN * 2,
             "--shutdown-grace-ms must be at least --request-timeout-ms plus 2 s: an order in flight at shutdown must be able to finish"
         );
-        let options = PgConnectOptions::from_str(&config.database_url)
-            .context("parsing --database-url")?
-            .options([(
-                "statement_timeout",
-                format!("{}ms", config.db_statement_timeout_ms),
-            )]);
         // Installed before anything is counted.
         crate::telemetry::metrics::handle();
-        let db = PgPoolOptions::new()
-            .max_connections(config.db_max_connections)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options)
-            .await
-            .context("connecting to PostgreSQL")?;
+        let db = database::connect(
+            &config.database_url,
+            config.db_max_connections,
+            config.db_timeouts(),
+        )
+        .await?;
         // Several instances may start at once: sqlx serialises migrations with an advisory lock.
         sqlx::migrate!()
             .run(&db)

@@ -49,7 +49,13 @@ pub async fn read_fenced(
             buyers.push(buyer.as_str());
         }
     }
-    let mut tx = db.begin().await?;
+    // A row lock held by another transaction while we hold the product's lock is a stale
+    // holder's (one abandoned mid-transaction, its backend not yet ended): waiting for it
+    // would stall every product of this transaction, so the wait is short and the
+    // statement fails (55P03), and the group's parts are then tried each alone (`group`).
+    let mut tx = db
+        .begin_with("BEGIN; SET LOCAL lock_timeout = '1s'")
+        .await?;
     let reads = read(&mut tx, &ids, &buyer_products, &buyers).await?;
     Ok((tx, reads))
 }

@@ -21,6 +21,7 @@ pub use product::{
     MAX_BATCH, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S, MAX_STOCK,
 };
 pub use stock::{
-    change_stock, next_stock, read_stock, restock, think, Change, Figures, Outcome, Read, StockRead,
+    allow_idle, change_stock, next_stock, read_stock, restock, think, Change, Figures, Outcome,
+    Read, StockRead,
 };
 pub use terms::{change_terms, Catalog, Current, Terms, TermsChange};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 
 use super::fence::{claim, Claim};
 use super::guard::{enter, Protection};
@@ -137,6 +137,19 @@ pub enum Read {
     Ready(StockRead),
     /// A newer lock holder claimed the row: our lock is no longer current. Nothing written.
     Fenced,
+}
+
+/// Lets this transaction stay idle between two statements for `idle` (zero: as long as it
+/// likes), where its holder pauses on purpose between its read and its write longer than the
+/// server's bound on an idle transaction (`database`) allows: `--stock-think-ms`, or a pause
+/// acted out for the teaching page, which must end at the fence, as it teaches.
+pub async fn allow_idle(tx: &mut PgConnection, idle: Duration) -> Result<(), sqlx::Error> {
+    let set = format!(
+        "SET LOCAL idle_in_transaction_session_timeout = {}",
+        idle.as_millis()
+    );
+    tx.execute(set.as_str()).await?;
+    Ok(())
 }
 
 /// Opens the read-check-write of a product's stock under the given protection:

@@ -174,6 +174,27 @@ pub(super) async fn run(
             )
         });
     }
+    // An order whose request has all but run out is not written now: the buyer could no
+    // longer hear what became of it (and, without a key, would order again). Told so, with
+    // nothing written. (A cycle acting something out for the page keeps its orders: the page
+    // and the tests pause them on purpose.)
+    let batch = if act.as_ref().is_none_or(Act::plain) {
+        let (servable, late): (Vec<Waiting>, Vec<Waiting>) = batch
+            .into_iter()
+            .partition(|w| batch::still_servable(&shop.rules, &w.ticket));
+        for waiting in late {
+            tracing::debug!(order = %waiting.ticket.id, "too late to serve: not written");
+            let _ = waiting
+                .reply
+                .send(Err(Error::LockTimeout { order_id: None }));
+        }
+        servable
+    } else {
+        batch
+    };
+    if batch.is_empty() {
+        return;
+    }
     let (tickets, replies): (Vec<Ticket>, Vec<_>) =
         batch.into_iter().map(|w| (w.ticket, w.reply)).unzip();
     let tickets: Arc<[Ticket]> = tickets.into();
@@ -208,7 +229,13 @@ pub(super) async fn run(
                 Some(act) => act.pause(&mut lock, shop.rules.stock_think),
                 None => Box::pin(inventory::think(shop.rules.stock_think)),
             };
-            serve_alone(shop, terms, protection, acquired, &tickets, pause).await
+            let acting = !act.as_ref().is_none_or(Act::plain);
+            let alone = Alone {
+                protection,
+                acquired,
+                acting,
+            };
+            serve_alone(shop, terms, alone, &tickets, pause).await
         }
     };
     let lost = matches!(served, Err(Error::LockLost { .. }));
@@ -277,6 +304,15 @@ pub(super) async fn run(
     }
 }
 
+/// How a cycle of its own runs: under `protection`, its guard entered at `acquired` (each
+/// order's time in the queue), `acting` something out for the page (a pause of its own
+/// between the read and the write).
+struct Alone {
+    protection: Protection,
+    acquired: Instant,
+    acting: bool,
+}
+
 /// Serves `tickets` under `protection` in a transaction of its own, claim first (a cycle
 /// that acts something out, or any other than a combined product's under a lock); the lock,
 /// if any, is held by the caller and released after this returns: after the commit. `acquired` is when the guard was entered, for each
@@ -285,19 +321,40 @@ pub(super) async fn run(
 async fn serve_alone(
     shop: &Shop,
     terms: &Arc<Terms>,
-    protection: Protection,
-    acquired: Instant,
+    alone: Alone,
     tickets: &[Ticket],
     pause: Pause,
 ) -> Result<Served, Error> {
+    let Alone {
+        protection,
+        acquired,
+        acting,
+    } = alone;
     let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
-    let mut read = match inventory::read_stock(&shop.db, terms.id, protection, &buyers).await? {
+    let bound = batch::bound(&shop.rules, tickets);
+    let read = inventory::read_stock(&shop.db, terms.id, protection, &buyers);
+    let mut read = match bound.run(read).await? {
         Read::Ready(read) => read,
         Read::Fenced => return Err(Error::LockLost { order_id: None }),
     };
+    // A pause between the read and the write may outlast the server's bound on an idle
+    // transaction: a pause acted out for the page (a zombie stalls until it is superseded,
+    // a test holds the lock) must end at the fence, as it teaches, so it has none; the
+    // configured think time has its own length and a step's bound twice over.
+    let think = shop.rules.stock_think;
+    let idle = if acting {
+        Some(std::time::Duration::ZERO)
+    } else {
+        (!think.is_zero()).then(|| think + shop.rules.db_step * 2)
+    };
+    if let Some(idle) = idle {
+        bound.run(inventory::allow_idle(&mut read.tx, idle)).await?;
+    }
+    // The steps after a pause keep the orders' deadline: an order held past it (a test's
+    // hold, a zombie's stall) is not written, as any other.
     pause.await;
     let all: Vec<&Ticket> = tickets.iter().collect();
-    let superseded = batch::superseded(&mut read.tx, &all).await?;
+    let superseded = bound.run(batch::superseded(&mut read.tx, &all)).await?;
     let decided = batch::decide_batch(
         &shop.catalog,
         &shop.rules,
@@ -306,7 +363,7 @@ async fn serve_alone(
         &superseded,
         tickets,
     );
-    let Some(mut written) = read.write(decided.left).await? else {
+    let Some(mut written) = bound.run(read.write(decided.left)).await? else {
         return Err(Error::LockLost { order_id: None });
     };
     let fence = match protection {
@@ -314,15 +371,17 @@ async fn serve_alone(
         _ => None,
     };
     let (rows, units) = decided.rows(fence, acquired);
-    let orders = match store::insert(&mut written.tx, &rows, &units).await {
+    let orders = match bound
+        .run(store::insert(&mut written.tx, &rows, &units))
+        .await
+    {
         Ok(orders) => orders,
         // The holdings changed since our read: only possible with no guard (`none`), where
         // another order of the buyer raced ours. The CHECK refused it: nothing sold.
         Err(e) if batch::over_limit(&e) => return Err(Error::PurchaseLimit { order_id: None }),
         Err(e) => return Err(e.into()),
     };
-    let earliest = tickets.iter().map(|t| t.placed).min().unwrap_or(acquired);
-    batch::commit(&shop.db, &shop.rules, written, earliest).await?;
+    batch::commit(&shop.db, written, bound).await?;
     Ok(decided.answers(orders))
 }
 

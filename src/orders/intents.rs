@@ -161,7 +161,7 @@ pub(super) async fn unclaim(
             UPDATE orders SET status = 'reserved', updated_at = now()
             WHERE id = $1 AND status = 'paying'
          )
-         DELETE FROM payments WHERE key = $2 AND outcome IS NULL",
+         DELETE FROM payments WHERE key = $2 AND outcome IS NULL AND sent_at IS NULL",
         id,
         key
     )
@@ -171,20 +171,51 @@ pub(super) async fn unclaim(
     Ok(true)
 }
 
-/// Removes the order's intent while it is still pending, its charge never sent, and the
-/// order is not being paid (a payment claiming it meanwhile reuses the intent's key).
+/// Removes the order's intent while it is still pending and was never sent (no charge can
+/// follow: sending needs the mark first, see [`mark_sent`]), and the order is not being paid
+/// (a payment claiming it meanwhile reuses the intent's key). Whether one was removed.
 pub(super) async fn drop_unsent(
     conn: impl sqlx::PgExecutor<'_>,
     order_id: Uuid,
-) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+) -> Result<bool, sqlx::Error> {
+    let dropped = sqlx::query!(
         "DELETE FROM payments p USING orders o
-         WHERE p.order_id = $1 AND p.outcome IS NULL AND o.id = p.order_id AND o.status <> 'paying'",
+         WHERE p.order_id = $1 AND p.outcome IS NULL AND p.sent_at IS NULL
+           AND o.id = p.order_id AND o.status <> 'paying'",
         order_id
     )
     .execute(conn)
     .await?;
+    Ok(dropped.rows_affected() > 0)
+}
+
+/// Removes the order's intent, sent but never charged by the provider's own word, while it
+/// is pending and the order is not being paid.
+pub(super) async fn drop_uncharged(db: &PgPool, order_id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "DELETE FROM payments p USING orders o
+         WHERE p.order_id = $1 AND p.outcome IS NULL
+           AND o.id = p.order_id AND o.status <> 'paying'",
+        order_id
+    )
+    .execute(db)
+    .await?;
     Ok(())
+}
+
+/// Marks pending intents as sent, before their charges' first requests leave; per key in
+/// order, whether it was marked (or already was). `false`: the intent is gone or settled
+/// (a sweep dropped it as never sent): its charge must not be sent.
+pub(super) async fn mark_sent(db: &PgPool, keys: &[String]) -> Result<Vec<bool>, sqlx::Error> {
+    let marked: Vec<String> = sqlx::query_scalar!(
+        "UPDATE payments SET sent_at = COALESCE(sent_at, now())
+         WHERE key = ANY($1) AND outcome IS NULL
+         RETURNING key",
+        keys
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(keys.iter().map(|k| marked.contains(k)).collect())
 }
 
 /// Orders, not `paying`, whose intent has been pending longer than `age`: an intent that
@@ -212,13 +243,15 @@ pub(super) async fn orphans(
 pub(super) struct Intent {
     /// `succeeded`, `failed` (declined), or none yet (pending).
     pub outcome: Option<String>,
+    /// Whether its charge was (maybe) sent: marked before the first request left.
+    pub sent: bool,
 }
 
 /// The order's payment intent, if it has one.
 pub(super) async fn of_order(db: &PgPool, order_id: Uuid) -> Result<Option<Intent>, sqlx::Error> {
     sqlx::query_as!(
         Intent,
-        "SELECT outcome FROM payments WHERE order_id = $1 ORDER BY id DESC LIMIT 1",
+        r#"SELECT outcome, sent_at IS NOT NULL AS "sent!" FROM payments WHERE order_id = $1 ORDER BY id DESC LIMIT 1"#,
         order_id
     )
     .fetch_optional(db)

@@ -58,8 +58,9 @@ pub mod store;
 pub mod sweep;
 
 pub use model::{Answer, Order, OrderStatus, Payment, Ticket};
-pub use pay::{intent_key, ANSWER_MARGIN};
+pub use pay::intent_key;
+
 pub use place::Admitted;
 pub use request::{NewOrder, OrderRequest};
-pub use rules::Rules;
+pub use rules::{Rules, ANSWER_MARGIN};
 pub use shop::Shop;

@@ -20,8 +20,10 @@ use uuid::Uuid;
 
 use super::intents::{self, Answered, Settler};
 use super::model::{Answer, Order, OrderStatus};
+use super::rules::ANSWER_MARGIN;
 use super::shop::Shop;
 use super::store::{self, advance};
+use crate::database::Bound;
 use crate::error::Error;
 use crate::inventory::{self, Change, Outcome};
 use crate::lock::{Lease, LockError, Session};
@@ -107,25 +109,66 @@ pub(super) async fn settle_and_answer(
     join_all(settled).await;
 }
 
-/// What a payment keeps of its request's time for answering: the buyer hears the outcome
-/// (or `payment_busy`, or `outcome_pending`) from us, not a bare timeout. (Its request
-/// started a little before the order was placed: admission's checks.)
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
-
 /// One order claimed for payment (`paying`, its intent pending): a lease if payments are
 /// bounded, the charge (retried under its key until the deadline), its outcome recorded.
 async fn settle(shop: &Shop, order: Order, deadline: Instant, from: Claimed) -> Answer {
-    let lease = match lease(shop, &order, deadline - ANSWER_MARGIN).await {
+    let answer_by = deadline - shop.rules.answer_margin();
+    let lease = match lease(shop, &order, answer_by).await {
         Ok(lease) => lease,
-        Err(e) => return unclaim(shop, &order, e, from).await,
+        Err(e) => {
+            tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged");
+            let busy = match &e {
+                LockError::Timeout(_) | LockError::TooBusy => {
+                    Error::PaymentBusy { order_id: order.id }
+                }
+                other => {
+                    Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id))
+                }
+            };
+            return unclaim(shop, &order, busy, from).await;
+        }
     };
-    // At least one whole try, even for an order whose request has already timed out (its
-    // buyer learns the outcome by retrying the key): the sooner it is known, the better.
-    let charge_by = (deadline - ANSWER_MARGIN).max(Instant::now() + shop.payment.timeout);
+    // A charge is sent only before the answer's deadline, and its tries are cut there (an
+    // answer not heard by then is `outcome_pending`, with the order's id). Past it (a lock
+    // cycle or a lease that took the order's time), nothing is sent and the order is given
+    // back, as without a lease.
+    if Instant::now() >= answer_by {
+        drop(lease);
+        tracing::info!(order = %order.id, "no time left for a charge; not charged");
+        let late = Error::PaymentBusy { order_id: order.id };
+        return unclaim(shop, &order, late, from).await;
+    }
+    // Marked sent before it leaves: an intent never marked was never sent, and the sweep
+    // drops it instead of charging it.
     let key = intent_key(order.id);
+    let left = answer_by.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, shop.recorder.mark_sent(key.clone())).await {
+        Ok(Ok(true)) => {}
+        // Settled or dropped meanwhile (a sweep took the order as never sent): not ours to
+        // send. Its buyer follows the order.
+        Ok(Ok(false)) => {
+            return Err(Error::OutcomePending {
+                order_id: Some(order.id),
+            })
+        }
+        // Whether the mark landed is not known, so neither is whether the sweep will charge
+        // it: the buyer follows the order rather than hear "not charged".
+        Ok(Err(e)) => {
+            tracing::warn!(order = %order.id, error = %e, "marking a payment intent sent failed; not sent");
+            return Err(Error::OutcomePending {
+                order_id: Some(order.id),
+            });
+        }
+        Err(_) => {
+            tracing::warn!(order = %order.id, "marking a payment intent sent took the order's time; not sent");
+            return Err(Error::OutcomePending {
+                order_id: Some(order.id),
+            });
+        }
+    }
     let charged = shop
         .payment
-        .charge(&key, order.amount_cents, charge_by)
+        .charge(&key, order.amount_cents, answer_by)
         .await;
     drop(lease);
     match charged {
@@ -163,23 +206,23 @@ pub(super) async fn lease(
     Ok(Some(lease))
 }
 
-/// No lease before the deadline: nothing was sent, so the order goes back to where it was
-/// claimed from with its intent removed, in one transaction: a reservation stays reserved
-/// with its deadline (503 `payment_busy`); a sale's `paying` order becomes a reservation if
-/// the product's unpaid reservations have room (`--max-unpaid-share`), otherwise its units
-/// go back on sale (`failed`, 409 `too_many_unpaid`) and its intent with them.
-async fn unclaim(shop: &Shop, order: &Order, e: LockError, from: Claimed) -> Answer {
-    tracing::info!(order = %order.id, error = %e, "no payment lease before the deadline; not charged");
+/// Nothing was sent (no lease, or no time left before the deadline), so the order goes back
+/// to where it was claimed from with its intent removed, in one transaction: a reservation
+/// stays reserved with its deadline (the buyer hears `why`, `payment_busy`); a sale's
+/// `paying` order becomes a reservation if the product's unpaid reservations have room
+/// (`--max-unpaid-share`), otherwise its units go back on sale (`failed`, 409
+/// `too_many_unpaid`) and its intent with them. If the database cannot be reached, the
+/// intent stays unsent, and the sweep drops it and returns the units: "not charged" stays
+/// true.
+async fn unclaim(shop: &Shop, order: &Order, why: Error, from: Claimed) -> Answer {
     let share = match from {
         Claimed::Reservation => None,
         Claimed::Sale => Some(shop.rules.max_unpaid_share),
     };
-    let busy = || match &e {
-        LockError::Timeout(_) | LockError::TooBusy => Error::PaymentBusy { order_id: order.id },
-        other => Error::Unavailable(anyhow!("order {}: no payment lease: {other}", order.id)),
-    };
-    match intents::unclaim(&shop.db, order.id, &intent_key(order.id), share).await {
-        Ok(true) => Err(busy()),
+    let key = intent_key(order.id);
+    let unclaimed = intents::unclaim(&shop.db, order.id, &key, share);
+    match Bound::steps(shop.rules.db_step).run(unclaimed).await {
+        Ok(true) => Err(why),
         Ok(false) => {
             // Not room for another unpaid reservation: give the units back instead.
             let to = OrderStatus::Failed;
@@ -218,7 +261,7 @@ pub(super) async fn record(
     // Each try, and the retries, stop a margin before the deadline: the buyer hears that the
     // outcome is pending from us, not a bare timeout (a database that is down can make one
     // try wait for a connection for seconds).
-    let answer_by = deadline - ANSWER_MARGIN;
+    let answer_by = deadline - shop.rules.answer_margin();
     let recorded = loop {
         let left = answer_by.saturating_duration_since(Instant::now());
         let answered = Answered {
@@ -353,8 +396,9 @@ pub(super) async fn release(
     if intent == Intent::DropUnsent {
         intents::drop_unsent(&mut *written.tx, order.id).await?;
     }
-    let deadline = Instant::now() + shop.rules.request_timeout;
-    written.commit(&shop.db, deadline).await?;
+    written
+        .commit(&shop.db, Bound::steps(shop.rules.db_step))
+        .await?;
     drop(lock);
     shop.sold_out.lower(&product.id.to_string()).await;
     Ok(true)

@@ -187,6 +187,9 @@ impl Shop {
         mut client_gone: oneshot::Receiver<()>,
     ) -> Answer {
         let id = ticket.id;
+        // The lock's wait runs from the request's arrival, as its deadline does: time spent
+        // in admission (a busy pool, the key's read) is not added on top.
+        let give_up = tokio::time::Instant::from_std(ticket.placed + self.lock_timeout(terms.id));
         let (reply, mut answer) = oneshot::channel();
         let max = self.rules.max_waiters_per_product;
         let joined = self
@@ -200,7 +203,7 @@ impl Shop {
         let left = tokio::select! {
             answer = &mut answer => return answer.unwrap_or_else(|_| Err(cycle::lost_answer())),
             _ = &mut client_gone => Left::ClientGone,
-            _ = tokio::time::sleep(self.lock_timeout(terms.id)) => Left::Timeout,
+            _ = tokio::time::sleep_until(give_up) => Left::Timeout,
             _ = self.sold_out.raised(&sold_out_flag) => Left::SoldOut,
         };
         // A lock cycle may have taken us just now: then its answer is on its way.

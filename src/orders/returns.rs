@@ -10,10 +10,10 @@
 //! they take turns at its lock, and each takes only rows still due when it holds it.
 
 use anyhow::{anyhow, Context};
-use tokio::time::Instant;
 
 use super::shop::Shop;
 use super::store;
+use crate::database::Bound;
 use crate::inventory::{self, Read};
 use crate::lock::Session;
 
@@ -55,8 +55,9 @@ pub(super) async fn return_due(shop: &Shop, product: i64) -> anyhow::Result<usiz
         return Err(anyhow!("lock lost while returning stock"));
     };
     store::release_holdings(&mut written.tx, product, &lapsed).await?;
-    let deadline = Instant::now() + shop.rules.request_timeout;
-    written.commit(&shop.db, deadline).await?;
+    written
+        .commit(&shop.db, Bound::steps(shop.rules.db_step))
+        .await?;
     drop(lock);
     shop.sold_out.lower(&product.to_string()).await;
     shop.events.touch(product);

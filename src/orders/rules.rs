@@ -4,6 +4,11 @@ use std::time::Duration;
 
 use crate::config::Config;
 
+/// What a payment keeps of its request's time for answering: the buyer hears the outcome
+/// (or `payment_busy`, or `outcome_pending`) from us, not a bare timeout. (Its request
+/// started a little before the order was placed: admission's checks.)
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 /// What the order path is told by the configuration, read once at start-up.
 #[derive(Clone, Copy, Debug)]
 pub struct Rules {
@@ -21,9 +26,23 @@ pub struct Rules {
     pub payment_concurrency: usize,
     /// Whether `none` products sell unguarded here (`--allow-unsafe-guards`).
     pub allow_unsafe_guards: bool,
+    /// The client's bound on one database step of a lock cycle (`--db-statement-timeout-ms`
+    /// and a margin): a step that does not answer by then is abandoned (`database`).
+    pub db_step: Duration,
 }
 
 impl Rules {
+    /// What an order keeps of its request's time for answering: [`ANSWER_MARGIN`], or a
+    /// quarter of a request timeout shorter than 4 s.
+    pub fn answer_margin(&self) -> Duration {
+        ANSWER_MARGIN.min(self.request_timeout / 4)
+    }
+
+    /// When an order whose request arrived at `arrived` must have its answer.
+    pub fn answer_by(&self, arrived: std::time::Instant) -> std::time::Instant {
+        arrived + self.request_timeout - self.answer_margin()
+    }
+
     pub fn of(config: &Config) -> Rules {
         Rules {
             lock_timeout: config.lock_timeout(),
@@ -33,6 +52,7 @@ impl Rules {
             max_unpaid_share: config.max_unpaid_share,
             payment_concurrency: config.payment_concurrency,
             allow_unsafe_guards: config.allow_unsafe_guards,
+            db_step: config.db_timeouts().step(),
         }
     }
 }

@@ -131,6 +131,9 @@ async fn serve(
 ) -> Result<Vec<Result<Served, Error>>, sqlx::Error> {
     metrics::shared_transaction(parts.len());
     let lost = || Err(Error::LockLost { order_id: None });
+    // Every step bounded on our side: a PostgreSQL gone silent must not keep this
+    // transaction, and with it every product's lock cycle on this instance, waiting.
+    let bound = batch::bound(rules, parts.iter().flat_map(|p| p.tickets.iter()));
     // One instance's locks share its ensemble. A part of another ensemble than the first
     // part's (a session made again on a replaced ZooKeeper between two cycles) is not claimed
     // under the first's epoch: it sells nothing, and its orders are told the lock was lost
@@ -147,9 +150,9 @@ async fn serve(
             (p.terms.id, buyers)
         })
         .collect();
-    let (mut tx, reads) = inventory::read_fenced(db, &wanted).await?;
+    let (mut tx, reads) = bound.run(inventory::read_fenced(db, &wanted)).await?;
     let all: Vec<&Ticket> = parts.iter().flat_map(|p| p.tickets.iter()).collect();
-    let superseded = batch::superseded(&mut tx, &all).await?;
+    let superseded = bound.run(batch::superseded(&mut tx, &all)).await?;
     let reads: HashMap<i64, &inventory::FencedRead> =
         reads.iter().map(|r| (r.product_id, r)).collect();
     // Each part still ours, decided as its own lock cycle would decide it.
@@ -180,7 +183,10 @@ async fn serve(
             })
         })
         .collect();
-    let Some((written, ids)) = inventory::write_fenced(tx, ensemble, &writes).await? else {
+    let Some((written, ids)) = bound
+        .run(inventory::write_fenced(tx, ensemble, &writes))
+        .await?
+    else {
         return Ok(parts.iter().map(|_| lost()).collect());
     };
     let mut rows = Vec::new();
@@ -193,7 +199,7 @@ async fn serve(
         }
     }
     let mut tx = written;
-    let orders = match store::insert(&mut tx.tx, &rows, &units).await {
+    let orders = match bound.run(store::insert(&mut tx.tx, &rows, &units)).await {
         Ok(orders) => orders,
         // A buyer's holding moved since the read (only a stale writer can): the CHECK
         // refused it. Alone, the part hears it as a lone cycle would; shared, each part is
@@ -204,12 +210,7 @@ async fn serve(
         Err(e) => return Err(e),
     };
     drop(rows);
-    let earliest = all
-        .iter()
-        .map(|t| t.placed)
-        .min()
-        .unwrap_or_else(Instant::now);
-    if let Err(e) = batch::commit(db, rules, tx, earliest).await {
+    if let Err(e) = batch::commit(db, tx, bound).await {
         // Only the parts the transaction wrote may have sold; the others wrote nothing.
         return Ok(parts
             .iter()

@@ -232,6 +232,11 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
             return Ok(());
         }
         Some(Some(_)) => return unpaid(shop, order).await,
+        // Never sent (no lease, no time, the database away when it was given back): its
+        // buyer was told it was not charged, and it never will be.
+        Some(None) if intent.as_ref().is_some_and(|i| !i.sent) => {
+            return never_sent(shop, order).await
+        }
         Some(None) => {
             // A charge like any other: within `--payment-concurrency`.
             let _lease = lease(shop, order, deadline).await?;
@@ -269,6 +274,17 @@ async fn unpaid(shop: &Shop, order: &Order) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A payment whose intent was never sent: the intent is dropped and the units go back on
+/// sale, in one transaction (`payment_failed`: nothing was charged).
+async fn never_sent(shop: &Shop, order: &Order) -> anyhow::Result<()> {
+    let to = OrderStatus::PaymentFailed;
+    if release(shop, order, OrderStatus::Paying, to, Intent::DropUnsent).await? {
+        metrics::sweep("settled_failed", 1);
+        tracing::warn!(order = %order.id, "settled a payment never sent: intent dropped, units returned");
+    }
+    Ok(())
+}
+
 /// Closes orders left `created` longer than any order can run (lock timeout + request
 /// timeout): their process died before the sale decided them, so nothing was sold. They end
 /// `failed` (`abandoned`), and their Idempotency-Key is free for a retry. (This version
@@ -293,6 +309,12 @@ async fn close_abandoned(shop: &Shop) -> sqlx::Result<u64> {
 async fn settle_orphans(shop: &Shop) -> anyhow::Result<()> {
     let orphans = intents::orphans(&shop.db, shop.attempt_window(), PASS).await?;
     for order in orphans {
+        // Never sent: nothing to ask the provider about.
+        if intents::drop_unsent(&shop.db, order.id).await? {
+            metrics::sweep("orphan_dropped", 1);
+            tracing::warn!(order = %order.id, "removed a payment intent never sent, on an order not being paid");
+            continue;
+        }
         let key = intent_key(order.id);
         let deadline = Instant::now() + shop.payment.timeout * 2;
         match shop.payment.lookup(&key, deadline).await? {
@@ -307,7 +329,7 @@ async fn settle_orphans(shop: &Shop) -> anyhow::Result<()> {
                 metrics::sweep("orphan_settled", 1);
             }
             None => {
-                intents::drop_unsent(&shop.db, order.id).await?;
+                intents::drop_uncharged(&shop.db, order.id).await?;
                 metrics::sweep("orphan_dropped", 1);
                 tracing::warn!(order = %order.id, "removed a payment intent the provider never saw, on an order not being paid");
             }

@@ -265,6 +265,19 @@ async fn the_provider_wants_its_api_key_and_drains_on_sigterm() {
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{what}");
         assert_eq!(response.headers()["www-authenticate"], "Bearer", "{what}");
+        // A problem-details answer that says it is final: a client stops asking.
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{what}"
+        );
+        assert!(response.headers().get("retry-after").is_none(), "{what}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            (&body["error"], &body["retryable"], &body["status"]),
+            (&json!("unauthorized"), &json!(false), &json!(401)),
+            "{what}: {body}"
+        );
     }
     let health = send(http().get(format!("{url}/healthz"))).await.unwrap();
     assert_eq!(health.status, StatusCode::OK, "health checks need no key");

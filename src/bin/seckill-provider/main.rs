@@ -184,8 +184,30 @@ async fn authorized(State(key): State<Arc<ApiKey>>, request: Request, next: Next
     next.run(request).await
 }
 
+/// A problem-details answer (RFC 9457), as the shop's own errors are: its `error` code, and
+/// whether the same request may be sent again (`retryable`, with `Retry-After` when it may).
+/// A client stops at a final answer instead of retrying it until its deadline.
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({"error": code, "message": message}))).into_response()
+    let retryable = status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS;
+    let body = json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "error": code,
+        "message": message,
+        "detail": message,
+        "retryable": retryable,
+    });
+    let mut response = (status, Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/problem+json"),
+    );
+    if retryable {
+        headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 #[derive(Deserialize)]

@@ -23,6 +23,8 @@ KINDS = [
     "cut_pg",         # cut one instance from PostgreSQL for a few seconds
     "drop_commit",    # drop the replies to one instance's next COMMITs
     "late_commit",    # one instance's next lock-cycle COMMIT: its connection dies, the COMMIT lands 3 s later
+    "silence",        # one instance's path to PostgreSQL silent past the request timeout (nothing closed)
+    "slow_db",        # one instance's path to PostgreSQL: every message delayed past the request timeout
     "provider_down",  # the payment provider down
     "provider_slow",  # its answers slower than the caller's timeout
     "provider_5xx",   # half its answers 500
@@ -157,6 +159,29 @@ class Nemesis:
             await self.hold(2.0, 5.0)
         finally:
             link.restore()
+
+    async def silence(self, i: int) -> None:
+        """A partition that drops packets: nothing moves between the instance and
+        PostgreSQL either way and nothing is closed, for longer than a request may take;
+        then what was held is delivered."""
+        link = self.cluster.links[i]["pg"]
+        request_s = self.cluster.opts.request_ms / 1000
+        link.silence()
+        try:
+            await self.hold(request_s + 1.0, request_s + 3.0)
+        finally:
+            link.speak()
+
+    async def slow_db(self, i: int) -> None:
+        """A database too slow to answer: every message between the instance and
+        PostgreSQL waits longer than a request may take, for a while."""
+        link = self.cluster.links[i]["pg"]
+        request_s = self.cluster.opts.request_ms / 1000
+        link.slow(request_s + 1.0)
+        try:
+            await self.hold(request_s + 1.0, request_s + 3.0)
+        finally:
+            link.slow(0.0)
 
     async def drop_commit(self, i: int) -> None:
         link = self.cluster.links[i]["pg"]

@@ -49,6 +49,9 @@ class Link:
         self.conns: set[asyncio.StreamWriter] = set()
         self.server: asyncio.Server | None = None
         self.port: int | None = None
+        self.flowing = asyncio.Event()  # cleared: silent, nothing moves either way
+        self.flowing.set()
+        self.delay_s = 0.0  # slow: every message waits this long before it is passed on
 
     async def start(self, port: int = 0) -> "Link":
         self.server = await asyncio.start_server(self._accept, "127.0.0.1", port)
@@ -63,6 +66,23 @@ class Link:
 
     def restore(self) -> None:
         self.up = True
+
+    def silence(self) -> None:
+        """Nothing moves either way from now on, and nothing is closed: what is read is held
+        (a partition that drops packets), until `speak()` delivers it."""
+        self.flowing.clear()
+
+    def speak(self) -> None:
+        self.flowing.set()
+
+    def slow(self, delay_s: float) -> None:
+        """Every message from now on waits `delay_s` before it is passed on (0: none)."""
+        self.delay_s = delay_s
+
+    async def _gate(self) -> None:
+        await self.flowing.wait()
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
 
     def drop_next_commits(self, n: int) -> None:
         """The next `n` COMMITs go through to PostgreSQL, and their answers never come
@@ -100,8 +120,8 @@ class Link:
         self.conns.update((writer, up_writer))
         conn = _Conn()
         upstream = (self._pg_upstream(reader, up_writer, writer, conn) if self.pg
-                    else _pump(reader, up_writer))
-        down = _pump(up_reader, writer, conn)
+                    else _pump(reader, up_writer, gate=self._gate))
+        down = _pump(up_reader, writer, conn, gate=self._gate)
         try:
             await asyncio.gather(upstream, down, return_exceptions=True)
         finally:
@@ -165,6 +185,7 @@ class Link:
                             return
                     if query.startswith((b"COMMIT", b"ROLLBACK", b"END", b"ABORT")):
                         marked = False
+                await self._gate()
                 writer.write(message)
                 await writer.drain()
                 started = True
@@ -217,7 +238,7 @@ def _outcome(reply: bytes, delivered: bool) -> str:
     return "the connection was gone before the COMMIT" if not delivered else "no answer"
 
 
-async def _pump(reader, writer, conn=None):
+async def _pump(reader, writer, conn=None, gate=None):
     try:
         while True:
             data = await reader.read(65536)
@@ -226,6 +247,8 @@ async def _pump(reader, writer, conn=None):
             if conn and conn.late:
                 conn.reply += data  # the client is gone: PostgreSQL's answer is the nemesis's
                 continue
+            if gate:
+                await gate()  # held while the link is silent or slow
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):

@@ -141,29 +141,21 @@ async fn settle(shop: &Shop, order: Order, deadline: Instant, from: Claimed) -> 
     // Marked sent before it leaves: an intent never marked was never sent, and the sweep
     // drops it instead of charging it.
     let key = intent_key(order.id);
-    let left = answer_by.saturating_duration_since(Instant::now());
-    match tokio::time::timeout(left, shop.recorder.mark_sent(key.clone())).await {
-        Ok(Ok(true)) => {}
+    match mark_sent(shop, &order, &key, answer_by).await {
+        Some(true) => {}
         // Settled or dropped meanwhile (a sweep took the order as never sent): not ours to
         // send. Its buyer follows the order.
-        Ok(Ok(false)) => {
+        Some(false) => {
             return Err(Error::OutcomePending {
                 order_id: Some(order.id),
             })
         }
         // Whether the mark landed is not known, so neither is whether the sweep will charge
         // it: the buyer follows the order rather than hear "not charged".
-        Ok(Err(e)) => {
-            tracing::warn!(order = %order.id, error = %e, "marking a payment intent sent failed; not sent");
+        None => {
             return Err(Error::OutcomePending {
                 order_id: Some(order.id),
-            });
-        }
-        Err(_) => {
-            tracing::warn!(order = %order.id, "marking a payment intent sent took the order's time; not sent");
-            return Err(Error::OutcomePending {
-                order_id: Some(order.id),
-            });
+            })
         }
     }
     let charged = shop
@@ -179,6 +171,27 @@ async fn settle(shop: &Shop, order: Order, deadline: Instant, from: Claimed) -> 
             Err(Error::OutcomePending {
                 order_id: Some(order.id),
             })
+        }
+    }
+}
+
+/// Marks the order's intent sent (see `intents::mark_sent`), retrying through a database
+/// that is away until `by`: `None` if no answer came by then.
+async fn mark_sent(shop: &Shop, order: &Order, key: &str, by: Instant) -> Option<bool> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let left = by.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, shop.recorder.mark_sent(key.to_string())).await {
+            Ok(Ok(marked)) => return Some(marked),
+            Ok(Err(e)) if Instant::now() + pause < by => {
+                tracing::warn!(order = %order.id, error = %e, "marking a payment intent sent failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            _ => {
+                tracing::warn!(order = %order.id, "a payment intent could not be marked sent in the order's time; not sent");
+                return None;
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod fuzz;
 mod helpers;
 mod intents;
 mod interop;
+mod migrations;
 mod money;
 mod observability;
 mod products;

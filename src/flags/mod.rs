@@ -8,13 +8,18 @@
 //!   consumed (deleted) by the one order that acts it out.
 //!
 //! A flag is a persistent node under the set's directory whose data is a [`Seal`]: a MAC over
-//! the node's path and the time it was raised, keyed by a secret every instance of the
-//! deployment has (`--admin-token`, else `--zk-auth`). Each instance mirrors the names, kept
-//! current by a persistent ZooKeeper watch on the directory (re-listed on every change and
-//! after every reconnect, since watch events can be lost while disconnected). A node without
-//! a valid seal was made by someone else (by hand, or copied from another product): it flags
-//! nothing, is logged, and is never deleted. Without either secret the key is public and a
-//! seal proves nothing (a demo server: its ZooKeeper is open to anyone anyway).
+//! the node's path and its creation zxid, keyed by a secret every instance of the
+//! deployment has (`--admin-token`, else `--zk-auth`). It is raised in two writes: the node
+//! (pending), then its seal, once ZooKeeper has told us its zxid. Each instance mirrors the
+//! names, kept current by a recursive persistent ZooKeeper watch on the directory (re-listed
+//! on every change and after every reconnect, since watch events can be lost while
+//! disconnected; a node whose data changed is checked again). A node without a valid seal
+//! was made by someone else (by hand, copied from another product or from an earlier node of
+//! the same name, or its data swapped): it flags nothing, is logged, and is never deleted.
+//! Without either secret the key is public and a seal proves nothing (a demo server: its
+//! ZooKeeper is open to anyone anyway). Without `--zk-auth`, anyone who reaches ZooKeeper
+//! can still delete a flag (a sold-out product's orders then reach its guard and are told
+//! sold out there) but cannot make one count.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,7 +35,7 @@ use crate::lock::{make_dir, Zk};
 mod seal;
 use crate::telemetry::metrics;
 pub use seal::Seal;
-use seal::OLD_MARK;
+use seal::{OLD_MARK, PENDING};
 
 /// One directory of flags.
 #[derive(Clone)]
@@ -109,14 +114,25 @@ impl Flags {
         let created = retry(|| async {
             let client = self.inner.zk.client();
             metrics::zk("create");
-            match client
-                .create(&path, &self.inner.seal.mark(&path), &persistent)
-                .await
-            {
-                Ok(_) => Ok(true),
+            match client.create(&path, PENDING, &persistent).await {
+                Ok((stat, _)) => seal_pending(&client, &path, &self.inner, stat).await,
                 Err(zk::Error::NodeExists) => {
+                    metrics::zk("get_data");
+                    let (data, stat) = match client.get_data(&path).await {
+                        Ok(found) => found,
+                        // Gone since: create it again.
+                        Err(zk::Error::NoNode) => return Err(zk::Error::ConnectionLoss),
+                        Err(e) => return Err(e),
+                    };
+                    if data == PENDING {
+                        // Ours whose seal was lost with a connection, or another instance's
+                        // raising it now: either way the flag is to be raised, so sealed.
+                        return seal_pending(&client, &path, &self.inner, stat).await;
+                    }
                     match read_mark(&client, &path, &self.inner).await? {
-                        Some(ours) => Ok(ours),
+                        Some(Mark::Ours) => Ok(true),
+                        Some(Mark::Pending) => Err(zk::Error::ConnectionLoss),
+                        Some(Mark::Stranger) => Ok(false),
                         // Gone since: create it again.
                         None => Err(zk::Error::ConnectionLoss),
                     }
@@ -162,7 +178,7 @@ impl Flags {
             loop {
                 metrics::zk("get_data");
                 let stat = match client.get_data(&path).await {
-                    Ok((data, stat)) if self.inner.seal.verify(&path, &data, stat.mtime) => stat,
+                    Ok((data, stat)) if self.inner.seal.verify(&path, &data, stat.czxid) => stat,
                     Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
                     Err(e) => return Err(e),
                 };
@@ -227,17 +243,54 @@ where
     write().await
 }
 
-/// Whether the node at `path` is one of our flags (`None`: there is no node).
+/// What a node among the flags is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// One of our flags: sealed for itself.
+    Ours,
+    /// Being raised: its seal follows (and a data-change event with it).
+    Pending,
+    /// Someone else's: it flags nothing.
+    Stranger,
+}
+
+/// Seals the pending node at `path` (as `stat` saw it) for itself: `true` once it carries our
+/// seal, `false` if its data changed to something else meanwhile.
+async fn seal_pending(
+    client: &zk::Client,
+    path: &str,
+    inner: &Inner,
+    stat: zk::Stat,
+) -> Result<bool, zk::Error> {
+    metrics::zk("set_data");
+    let mark = inner.seal.mark(path, stat.czxid);
+    match client.set_data(path, &mark, Some(stat.version)).await {
+        Ok(_) => Ok(true),
+        // Gone since: raised again by the caller's retry.
+        Err(zk::Error::NoNode) => Err(zk::Error::ConnectionLoss),
+        // Changed since: sealed by another instance, or not a flag.
+        Err(zk::Error::BadVersion) => match read_mark(client, path, inner).await? {
+            Some(Mark::Ours) => Ok(true),
+            Some(Mark::Stranger) => Ok(false),
+            Some(Mark::Pending) | None => Err(zk::Error::ConnectionLoss),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// What the node at `path` is (`None`: there is no node).
 ///
-/// A flag raised by an older version has no data, or the old public mark. Under `--zk-auth`
-/// nobody without our credentials can have made a node here, so one like that with a closed
-/// ACL is ours from an older version: it gets our seal now (an upgrade keeps its flags, and
-/// they can be lowered). Without auth there is no telling, and it is left out.
+/// A flag raised by an older version has no data, the old public mark, or the previous
+/// version's seal. One sealed by the previous version is ours (its seal says so): it gets
+/// today's seal now. Under `--zk-auth` nobody without our credentials can have made a node
+/// here, so one with no data or the old mark and a closed ACL is ours from an older version
+/// too. Without auth there is no telling, and it is left out. (An upgrade keeps its flags,
+/// and they can be lowered.)
 async fn read_mark(
     client: &zk::Client,
     path: &str,
     inner: &Inner,
-) -> Result<Option<bool>, zk::Error> {
+) -> Result<Option<Mark>, zk::Error> {
     let (acls, seal) = (inner.zk.acls(), &inner.seal);
     metrics::zk("get_data");
     let (data, stat) = match client.get_data(path).await {
@@ -245,33 +298,41 @@ async fn read_mark(
         Err(zk::Error::NoNode) => return Ok(None),
         Err(e) => return Err(e),
     };
-    if seal.verify(path, &data, stat.mtime) {
-        return Ok(Some(true));
+    if seal.verify(path, &data, stat.czxid) {
+        return Ok(Some(Mark::Ours));
     }
-    if !(data.is_empty() || data == OLD_MARK) || acls != zk::Acls::creator_all() {
-        return Ok(Some(false));
+    if data == PENDING {
+        return Ok(Some(Mark::Pending));
     }
-    metrics::zk("get_acl");
-    match client.get_acl(path).await {
-        Ok((acl, _)) if acl.iter().any(|entry| entry.scheme() == "world") => {
-            return Ok(Some(false))
+    let older = seal.verify_v2(path, &data, stat.mtime);
+    if !older {
+        if !(data.is_empty() || data == OLD_MARK) || acls != zk::Acls::creator_all() {
+            return Ok(Some(Mark::Stranger));
         }
-        Ok(_) => {}
-        Err(zk::Error::NoNode) => return Ok(None),
-        Err(e) => return Err(e),
+        metrics::zk("get_acl");
+        match client.get_acl(path).await {
+            Ok((acl, _)) if acl.iter().any(|entry| entry.scheme() == "world") => {
+                return Ok(Some(Mark::Stranger))
+            }
+            Ok(_) => {}
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(e),
+        }
     }
     metrics::zk("set_data");
     match client
-        .set_data(path, &seal.mark(path), Some(stat.version))
+        .set_data(path, &seal.mark(path, stat.czxid), Some(stat.version))
         .await
     {
-        Ok(_) => Ok(Some(true)),
+        Ok(_) => Ok(Some(Mark::Ours)),
         Err(zk::Error::NoNode) => Ok(None),
         // Changed since we read it: another instance marked it first, or it is not a flag.
         Err(zk::Error::BadVersion) => {
             metrics::zk("get_data");
             match client.get_data(path).await {
-                Ok((data, stat)) => Ok(Some(seal.verify(path, &data, stat.mtime))),
+                Ok((data, stat)) if seal.verify(path, &data, stat.czxid) => Ok(Some(Mark::Ours)),
+                Ok((data, _)) if data == PENDING => Ok(Some(Mark::Pending)),
+                Ok(_) => Ok(Some(Mark::Stranger)),
                 Err(zk::Error::NoNode) => Ok(None),
                 Err(e) => Err(e),
             }
@@ -335,8 +396,13 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
         read_mark(client, &format!("{}/{name}", inner.dir), inner).await
     });
     for (name, mark) in unverified.iter().zip(join_all(marks).await) {
-        // A node gone since the listing is not cached: the next listing leaves it out.
-        let Some(ours) = mark? else { continue };
+        // A node gone since the listing is not cached: the next listing leaves it out; nor
+        // one being raised: its seal's data change brings it back here.
+        let ours = match mark? {
+            Some(Mark::Ours) => true,
+            Some(Mark::Stranger) => false,
+            Some(Mark::Pending) | None => continue,
+        };
         if inner.record(name, ours) {
             tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our seal); remove it if it is not wanted");
         }
@@ -355,8 +421,9 @@ async fn follow(inner: std::sync::Weak<Inner>) {
         let client = live.zk.client();
         let watched = async {
             metrics::zk("add_watch");
+            // Recursive: a flag's data changing (its seal written, or swapped) is an event too.
             let watcher = client
-                .watch(&live.dir, zk::AddWatchMode::Persistent)
+                .watch(&live.dir, zk::AddWatchMode::PersistentRecursive)
                 .await?;
             resync(&live, &client).await?;
             Ok::<_, zk::Error>(watcher)
@@ -384,6 +451,15 @@ async fn follow(inner: std::sync::Weak<Inner>) {
                     if event.session_state != zk::SessionState::SyncConnected =>
                 {
                     continue
+                }
+                // A flag's data changed: checked again (sealed now, or swapped: no longer ours).
+                zk::EventType::NodeDataChanged => {
+                    if let Some(name) = event.path.strip_prefix(&format!("{}/", live.dir)) {
+                        live.forget(name);
+                    }
+                    if let Err(e) = resync(&live, &client).await {
+                        tracing::debug!(error = %e, "sold-out resync failed; retrying on the next event");
+                    }
                 }
                 // A child came or went, or we reconnected (events may have been lost): re-list.
                 _ => {

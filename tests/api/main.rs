@@ -13,6 +13,7 @@ mod deployment;
 mod failures;
 mod faults;
 mod fencing;
+mod flags;
 mod fuzz;
 mod helpers;
 mod intents;

@@ -101,14 +101,21 @@ async fn a_sold_out_flag_the_stock_contradicts_is_lowered() {
     let product = create_product(&bystander.base_url, 5, "zk").await;
     let zk = env.zk_client().await;
     // A flag of ours (its data is our seal) left behind, e.g. by a sweep that died.
+    // Raised as an instance raises one: the node, then its seal over its creation zxid.
     let path = format!("{}/soldout/{product}", env.zk_root);
-    zk.create(
-        &path,
-        &seckill::flags::Seal::new(Some(ADMIN_TOKEN)).mark(&path),
-        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all()),
-    )
-    .await
-    .expect("raise a stray flag");
+    let (made, _) = zk
+        .create(
+            &path,
+            b"seckill-flag:v3:pending",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .expect("raise a stray flag");
+    let seal = seckill::flags::Seal::new(Some(ADMIN_TOKEN)).mark(&path, made.czxid);
+    zk.set_data(&path, &seal, Some(made.version))
+        .await
+        .expect("seal it");
     wait_until(
         Duration::from_secs(10),
         "the bystander to see the flag",

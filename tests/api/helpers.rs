@@ -15,6 +15,7 @@ use anyhow::Context;
 use reqwest::StatusCode;
 use seckill::{Application, Config};
 use serde_json::{json, Value};
+use sqlx::Connection;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -522,17 +523,21 @@ async fn template(base: &str) -> String {
             .await
             .expect("create the template database");
         let (prefix, _) = base.rsplit_once('/').expect("database URL ends in /<name>");
-        // Plain TCP: the rename below needs every session on it gone, and a TLS session
-        // closed by the pool was once seen still open half a minute later (the fault run of
-        // a fresh clone). The TLS path itself is tested in `deployment`.
-        let db = PgPool::connect(&format!("{prefix}/{building}?sslmode=disable"))
+        // One connection of our own, not a pool: the rename below needs every session on it
+        // gone, and sqlx's `Pool::close` can leave one open for good — a connection still on
+        // its way back to the pool (the migration's, pinged after its advisory unlock) when
+        // `close` waits for its last permit is pushed to the idle queue after `close` has
+        // emptied it, and nothing closes it (seen under load: 9 of 40 rounds left a session
+        // idle after `SELECT pg_advisory_unlock`, 0 of 40 with a lone connection). This was
+        // the flake "timed out after 30s waiting for the template's connections to end".
+        let mut db = sqlx::PgConnection::connect(&format!("{prefix}/{building}?sslmode=disable"))
             .await
             .expect("connect to the template database");
         migrator
-            .run(&db)
+            .run(&mut db)
             .await
             .expect("migrate the template database");
-        db.close().await;
+        db.close().await.expect("close the template's connection");
         // A closed connection's server process may still be leaving: wait until none is
         // left on the database, or the rename (and every clone) is refused.
         wait_until(

@@ -174,11 +174,13 @@ pub(super) async fn run(
             )
         });
     }
+    // Whether the cycle acts something out for the page (a demo, the step-through, a test's
+    // hold): its orders are paused on purpose.
+    let acting = !act.as_ref().is_none_or(Act::plain);
     // An order whose request has all but run out is not written now: the buyer could no
     // longer hear what became of it (and, without a key, would order again). Told so, with
-    // nothing written. (A cycle acting something out for the page keeps its orders: the page
-    // and the tests pause them on purpose.)
-    let batch = if act.as_ref().is_none_or(Act::plain) {
+    // nothing written. (A cycle acting something out keeps its orders.)
+    let batch = if !acting {
         let (servable, late): (Vec<Waiting>, Vec<Waiting>) = batch
             .into_iter()
             .partition(|w| batch::still_servable(&shop.rules, &w.ticket));
@@ -218,7 +220,7 @@ pub(super) async fn run(
     // An ordinary cycle (nothing acted out, no pause between read and write) of a combined
     // product under a lock shares its transaction with every other product whose lock this
     // instance holds now (`shared`); any other runs its own.
-    let plain = act.as_ref().is_none_or(Act::plain) && shop.rules.stock_think.is_zero();
+    let plain = !acting && shop.rules.stock_think.is_zero();
     let served = match protection {
         Protection::Fenced(token) if plain && terms.batched() => {
             let part = shared::Part::new(terms.clone(), token, acquired, tickets.clone());
@@ -229,7 +231,6 @@ pub(super) async fn run(
                 Some(act) => act.pause(&mut lock, shop.rules.stock_think),
                 None => Box::pin(inventory::think(shop.rules.stock_think)),
             };
-            let acting = !act.as_ref().is_none_or(Act::plain);
             let alone = Alone {
                 protection,
                 acquired,

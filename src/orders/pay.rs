@@ -388,30 +388,40 @@ pub(super) async fn release(
         shop.rules.lock_timeout,
     )
     .await?;
-    let outcome = inventory::change_stock(
+    // Each step bounded on our side, as a lock cycle's: a return holds the product's lock.
+    // (The read-check-write takes the configured think time between its two statements.)
+    let bound = Bound::steps(shop.rules.db_step);
+    let change = inventory::change_stock(
         &shop.db,
         product.id,
         Change::Return(order.quantity),
         protection,
         inventory::think(shop.rules.stock_think),
-    )
-    .await?;
+    );
+    let outcome = Bound::steps(shop.rules.db_step * 2 + shop.rules.stock_think)
+        .run(change)
+        .await?;
     let mut written = match outcome {
         Outcome::Applied(written) => written,
         Outcome::Insufficient { .. } => return Err(anyhow!("stock would overflow")),
         Outcome::Fenced => return Err(anyhow!("lock lost while returning stock")),
     };
-    if !advance(&mut written.tx, order.id, from, to).await? {
-        written.tx.rollback().await?; // and the stock with it
+    if !bound
+        .run(advance(&mut written.tx, order.id, from, to))
+        .await?
+    {
+        bound.run(written.tx.rollback()).await?; // and the stock with it
         return Ok(false);
     }
-    store::release_units(&mut written.tx, order).await?;
-    if intent == Intent::DropUnsent {
-        intents::drop_unsent(&mut *written.tx, order.id).await?;
-    }
-    written
-        .commit(&shop.db, Bound::steps(shop.rules.db_step))
+    bound
+        .run(store::release_units(&mut written.tx, order))
         .await?;
+    if intent == Intent::DropUnsent {
+        bound
+            .run(intents::drop_unsent(&mut *written.tx, order.id))
+            .await?;
+    }
+    written.commit(&shop.db, bound).await?;
     drop(lock);
     shop.sold_out.lower(&product.id.to_string()).await;
     Ok(true)

@@ -37,11 +37,17 @@ pub(super) async fn return_due(shop: &Shop, product: i64) -> anyhow::Result<usiz
     )
     .await
     .context("entering the product's guard")?;
-    let mut read = match inventory::read_stock(&shop.db, product, protection, &[]).await? {
+    // Each step bounded on our side: a return holds the product's lock, which a database
+    // gone silent must not keep from the instances that can still sell.
+    let bound = Bound::steps(shop.rules.db_step);
+    let read = inventory::read_stock(&shop.db, product, protection, &[]);
+    let mut read = match bound.run(read).await? {
         Read::Ready(read) => read,
         Read::Fenced => return Err(anyhow!("lock lost before returning stock")),
     };
-    let lapsed = store::expire_due(&mut read.tx, product, PER_CYCLE).await?;
+    let lapsed = bound
+        .run(store::expire_due(&mut read.tx, product, PER_CYCLE))
+        .await?;
     if lapsed.is_empty() {
         return Ok(0); // nothing written: the transaction rolls back as it drops
     }
@@ -51,13 +57,13 @@ pub(super) async fn return_due(shop: &Shop, product: i64) -> anyhow::Result<usiz
         .stock
         .checked_add(units)
         .ok_or_else(|| anyhow!("stock would overflow"))?;
-    let Some(mut written) = read.write(next).await? else {
+    let Some(mut written) = bound.run(read.write(next)).await? else {
         return Err(anyhow!("lock lost while returning stock"));
     };
-    store::release_holdings(&mut written.tx, product, &lapsed).await?;
-    written
-        .commit(&shop.db, Bound::steps(shop.rules.db_step))
+    bound
+        .run(store::release_holdings(&mut written.tx, product, &lapsed))
         .await?;
+    written.commit(&shop.db, bound).await?;
     drop(lock);
     shop.sold_out.lower(&product.to_string()).await;
     shop.events.touch(product);

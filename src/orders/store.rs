@@ -8,7 +8,12 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::model::{Order, OrderStatus, Ticket};
+use crate::database::Bound;
 use crate::inventory::Terms;
+
+/// How long recording orders that ended without a sale may take: they are a record for
+/// the buyer's later look, written after the lock is given up, never worth a stuck worker.
+const ENDED_BOUND: Duration = Duration::from_secs(5);
 
 /// One order's row, as its batch (or whatever ended it) decided it.
 pub struct Row<'a> {
@@ -156,7 +161,9 @@ pub async fn ended(
         let mut conn = db.acquire().await?;
         insert(&mut conn, &rows, &[]).await
     };
-    if let Err(e) = written.await {
+    // Best effort, and bounded: a lock cycle's worker writes these after its lock is given
+    // up, and must not wait on a database gone silent for as long as TCP would.
+    if let Err(e) = Bound::steps(ENDED_BOUND).run(written).await {
         tracing::warn!(orders = tickets.len(), ?status, failure, error = %e, "could not record ended orders");
     }
 }

@@ -49,26 +49,34 @@ async fn in_step(bases: &[&str], n: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_flags_data_copied_into_a_node_made_again_flags_nothing() {
-    let env = TestEnv::new().await;
-    let quiet = ["--expiry-interval-ms", "3600000"];
-    let app = env.spawn_app(&quiet).await;
+/// Instances that never sweep (the sweep lowers a flag the stock contradicts).
+const QUIET: [&str; 2] = ["--expiry-interval-ms", "3600000"];
+
+/// An instance, and a product of one unit it sold out (its flag raised): the flag's path.
+async fn sold_out(env: &TestEnv) -> (TestApp, i64, String) {
+    let app = env.spawn_app(&QUIET).await;
     let product = create_product(&app.base_url, 1, "zk").await;
     let sold = place_order(&http(), &app.base_url, product, "first")
         .await
         .unwrap();
     assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
     until_shown(&app.base_url, product, true).await;
-    let zk = env.zk_client().await;
     let path = format!("{}/soldout/{product}", env.zk_root);
+    (app, product, path)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flags_data_copied_into_a_node_made_again_flags_nothing() {
+    let env = TestEnv::new().await;
+    let (app, product, path) = sold_out(&env).await;
+    let zk = env.zk_client().await;
     let (sealed, _) = zk.get_data(&path).await.unwrap();
     // Restocked: the flag goes. Then its data is replayed into a node made again there.
     restock(&app.base_url, product).await;
     until_shown(&app.base_url, product, false).await;
     let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     zk.create(&path, &sealed, &open).await.unwrap();
-    let started = env.spawn_app(&quiet).await;
+    let started = env.spawn_app(&QUIET).await;
     in_step(&[&app.base_url, &started.base_url], 0).await;
     for (i, base) in [&app.base_url, &started.base_url].into_iter().enumerate() {
         assert!(
@@ -87,17 +95,9 @@ async fn a_flags_data_copied_into_a_node_made_again_flags_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flag_whose_data_was_swapped_flags_nothing_and_the_product_sells_again() {
     let env = TestEnv::new().await;
-    let quiet = ["--expiry-interval-ms", "3600000"];
-    let app = env.spawn_app(&quiet).await;
-    let product = create_product(&app.base_url, 1, "zk").await;
-    let sold = place_order(&http(), &app.base_url, product, "first")
-        .await
-        .unwrap();
-    assert_eq!(sold.status, StatusCode::CREATED, "{sold:?}");
-    until_shown(&app.base_url, product, true).await;
-    // Someone who reaches ZooKeeper swaps the flag's data (here: another product's seal).
+    let (app, product, path) = sold_out(&env).await;
+    // Someone who reaches ZooKeeper swaps the flag's data (here: a seal of no node).
     let zk = env.zk_client().await;
-    let path = format!("{}/soldout/{product}", env.zk_root);
     zk.set_data(&path, b"seckill-flag:v3:00", None)
         .await
         .unwrap();

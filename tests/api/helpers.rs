@@ -467,17 +467,21 @@ impl TestEnv {
 
 /// A fresh database for a provider's ledger, named after the test's, on the test server.
 pub async fn ledger_database(test: &str) -> String {
+    empty_database(&format!("{test}_ledger_{}", fastrand::u32(..))).await
+}
+
+/// A fresh, empty database `name` on the test server: its URL.
+pub async fn empty_database(name: &str) -> String {
     let base = std::env::var("TEST_DATABASE_URL")
         .or_else(|_| std::env::var("DATABASE_URL"))
         .unwrap_or_else(|_| "postgres://seckill:seckill@127.0.0.1:5433/seckill".into());
-    let name = format!("{test}_ledger_{}", fastrand::u32(..));
     let admin = PgPool::connect(&base)
         .await
         .expect("connect to the test PostgreSQL (run scripts/test)");
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&admin)
         .await
-        .expect("create the ledger's database");
+        .expect("create the database");
     admin.close().await;
     let (prefix, _) = base.rsplit_once('/').expect("database URL ends in /<name>");
     format!("{prefix}/{name}")
@@ -998,6 +1002,29 @@ impl CommitDropper {
     }
 }
 
+/// The next message a PostgreSQL client sends, whole, and its body: the startup message
+/// (before `started`) has no type byte; every later one is a type byte and a length that
+/// counts itself.
+pub async fn read_message(
+    client: &mut (impl tokio::io::AsyncRead + Unpin),
+    started: bool,
+) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut message = Vec::new();
+    if started {
+        let mut kind = [0u8; 1];
+        client.read_exact(&mut kind).await?;
+        message.push(kind[0]);
+    }
+    let mut len = [0u8; 4];
+    client.read_exact(&mut len).await?;
+    message.extend_from_slice(&len);
+    let mut body = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
+    client.read_exact(&mut body).await?;
+    message.extend_from_slice(&body);
+    Ok((message, body))
+}
+
 /// One connection's part in the COMMIT it may drop.
 struct Commit {
     armed: Arc<AtomicBool>,
@@ -1021,25 +1048,11 @@ async fn relay(inbound: TcpStream, outbound: TcpStream, commit: Commit) {
     let (mut server_rx, mut server_tx) = outbound.into_split();
     let (cut, mut cut_rx) = watch::channel(false);
     let (sent, mut sent_rx) = watch::channel(false);
-    // Client to server, message by message: the startup message has no type byte; every
-    // later one is a type byte and a length that counts itself.
     let upstream = async move {
         let mut started = false;
         let mut marked = after.is_none();
         loop {
-            let mut message = Vec::new();
-            if started {
-                let mut kind = [0u8; 1];
-                client_rx.read_exact(&mut kind).await?;
-                message.push(kind[0]);
-            }
-            let mut len = [0u8; 4];
-            client_rx.read_exact(&mut len).await?;
-            message.extend_from_slice(&len);
-            let body_len = u32::from_be_bytes(len) as usize - 4;
-            let mut body = vec![0u8; body_len];
-            client_rx.read_exact(&mut body).await?;
-            message.extend_from_slice(&body);
+            let (message, body) = read_message(&mut client_rx, started).await?;
             let is_commit = started
                 && message[0] == b'Q'
                 && String::from_utf8_lossy(&body)

@@ -12,20 +12,8 @@ use crate::helpers::*;
 /// A database migrated up to `version`, on the test server (no template: the test runs the
 /// later migrations itself).
 async fn migrated_to(version: i64) -> (PgPool, String) {
-    let base = std::env::var("TEST_DATABASE_URL")
-        .or_else(|_| std::env::var("DATABASE_URL"))
-        .unwrap_or_else(|_| "postgres://seckill:seckill@127.0.0.1:5433/seckill".into());
     let name = format!("seckill_test_{}", uuid::Uuid::new_v4().simple());
-    let admin = PgPool::connect(&base)
-        .await
-        .expect("connect to the test server");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .expect("create the database");
-    admin.close().await;
-    let (prefix, _) = base.rsplit_once('/').unwrap();
-    let url = format!("{prefix}/{name}?sslmode=disable");
+    let url = format!("{}?sslmode=disable", empty_database(&name).await);
     let db = PgPool::connect(&url).await.expect("connect to it");
     up_to(version).run(&db).await.expect("migrate");
     (db, url)

@@ -129,8 +129,7 @@ async fn relay(inbound: TcpStream, outbound: TcpStream, path: Arc<Path>) {
     let _ = tokio::join!(upstream, downstream);
 }
 
-/// Client to server, message by message (the startup message has no type byte). The
-/// statements a connection prepared, by name, say which transactions insert orders (sqlx
+/// Client to server, message by message (see `read_message`). The statements a connection prepared, by name, say which transactions insert orders (sqlx
 /// prepares a statement once per connection, then only binds it).
 async fn upstream(
     mut client_rx: OwnedReadHalf,
@@ -141,18 +140,7 @@ async fn upstream(
     let mut prepared: HashMap<Vec<u8>, bool> = HashMap::new();
     let mut inserting = false;
     loop {
-        let mut message = Vec::new();
-        if started {
-            let mut kind = [0u8; 1];
-            client_rx.read_exact(&mut kind).await?;
-            message.push(kind[0]);
-        }
-        let mut len = [0u8; 4];
-        client_rx.read_exact(&mut len).await?;
-        message.extend_from_slice(&len);
-        let mut body = vec![0u8; u32::from_be_bytes(len) as usize - 4];
-        client_rx.read_exact(&mut body).await?;
-        message.extend_from_slice(&body);
+        let (message, body) = read_message(&mut client_rx, started).await?;
         let mut fields = body.split(|b| *b == 0);
         match started.then_some(message[0]) {
             // Parse: statement name, query.

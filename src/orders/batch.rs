@@ -232,28 +232,6 @@ pub(super) fn over_limit(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(e) if e.constraint() == Some("purchases_within_limit"))
 }
 
-/// The bound on each database step of a lock cycle serving `tickets`: a step's own bound,
-/// and none past the answer's deadline of its earliest order (its request's time less the
-/// margin kept for answering, so that whatever the cycle comes to, the buyer hears it from
-/// us, with the order's id, never as a bare timeout).
-pub(super) fn bound<'a>(rules: &Rules, tickets: impl IntoIterator<Item = &'a Ticket>) -> Bound {
-    let steps = Bound::steps(rules.db_step);
-    match tickets.into_iter().map(|t| t.placed).min() {
-        Some(placed) => Bound {
-            by: rules.answer_by(placed),
-            ..steps
-        },
-        None => steps,
-    }
-}
-
-/// Whether a lock cycle starting now may still serve the order: its answer's deadline has
-/// not come. One past it is never written (its request has all but run out: its buyer is
-/// told so, and may order again); one before it is written only within it (see [`bound`]).
-pub(super) fn still_servable(rules: &Rules, ticket: &Ticket) -> bool {
-    Instant::now() < rules.answer_by(ticket.placed)
-}
-
 /// Commits a lock cycle's transaction within `bound`. An error means no order of it may be
 /// told it sold: `unavailable` if it certainly did not commit, `outcome_pending` if that is
 /// not known (its orders may be written — a `paying` one's intent is then the sweep's —, so

@@ -183,7 +183,7 @@ pub(super) async fn run(
     let batch = if !acting {
         let (servable, late): (Vec<Waiting>, Vec<Waiting>) = batch
             .into_iter()
-            .partition(|w| batch::still_servable(&shop.rules, &w.ticket));
+            .partition(|w| shop.rules.still_servable(&w.ticket));
         for waiting in late {
             tracing::debug!(order = %waiting.ticket.id, "too late to serve: not written");
             let _ = waiting
@@ -332,7 +332,7 @@ async fn serve_alone(
         acting,
     } = alone;
     let buyers: Vec<String> = tickets.iter().map(|t| t.user_id.clone()).collect();
-    let bound = batch::bound(&shop.rules, tickets);
+    let bound = shop.rules.cycle_bound(tickets);
     let read = inventory::read_stock(&shop.db, terms.id, protection, &buyers);
     let mut read = match bound.run(read).await? {
         Read::Ready(read) => read,

@@ -1,8 +1,10 @@
 //! What the order path is told by the configuration, read once at start-up.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::model::Ticket;
 use crate::config::Config;
+use crate::database::Bound;
 
 /// What a payment keeps of its request's time for answering: the buyer hears the outcome
 /// (or `payment_busy`, or `outcome_pending`) from us, not a bare timeout. (Its request
@@ -39,8 +41,31 @@ impl Rules {
     }
 
     /// When an order whose request arrived at `arrived` must have its answer.
-    pub fn answer_by(&self, arrived: std::time::Instant) -> std::time::Instant {
+    pub fn answer_by(&self, arrived: Instant) -> Instant {
         arrived + self.request_timeout - self.answer_margin()
+    }
+
+    /// The bound on each database step of a lock cycle serving `tickets`: a step's own
+    /// bound, and none past the answer's deadline of its earliest order (its request's time
+    /// less the margin kept for answering, so that whatever the cycle comes to, the buyer
+    /// hears it from us, with the order's id, never as a bare timeout).
+    pub(super) fn cycle_bound<'a>(&self, tickets: impl IntoIterator<Item = &'a Ticket>) -> Bound {
+        let steps = Bound::steps(self.db_step);
+        match tickets.into_iter().map(|t| t.placed).min() {
+            Some(placed) => Bound {
+                by: self.answer_by(placed),
+                ..steps
+            },
+            None => steps,
+        }
+    }
+
+    /// Whether a lock cycle starting now may still serve the order: its answer's deadline
+    /// has not come. One past it is never written (its request has all but run out: its
+    /// buyer is told so, and may order again); one before it is written only within it
+    /// (see [`Rules::cycle_bound`]).
+    pub(super) fn still_servable(&self, ticket: &Ticket) -> bool {
+        Instant::now() < self.answer_by(ticket.placed)
     }
 
     pub fn of(config: &Config) -> Rules {

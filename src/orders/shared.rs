@@ -133,7 +133,7 @@ async fn serve(
     let lost = || Err(Error::LockLost { order_id: None });
     // Every step bounded on our side: a PostgreSQL gone silent must not keep this
     // transaction, and with it every product's lock cycle on this instance, waiting.
-    let bound = batch::bound(rules, parts.iter().flat_map(|p| p.tickets.iter()));
+    let bound = rules.cycle_bound(parts.iter().flat_map(|p| p.tickets.iter()));
     // One instance's locks share its ensemble. A part of another ensemble than the first
     // part's (a session made again on a replaced ZooKeeper between two cycles) is not claimed
     // under the first's epoch: it sells nothing, and its orders are told the lock was lost

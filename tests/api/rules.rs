@@ -488,7 +488,20 @@ async fn a_timed_out_buyer_learns_the_outcome_by_retrying_the_key() {
     })
     .await;
     assert_eq!(outcome.status, StatusCode::CREATED, "{outcome:?}");
-    assert_eq!(outcome.body["status"], "paid");
+    // Paid; or, on a machine so busy that the retry's own charge no longer fit before its
+    // answer's deadline, a reservation not charged, which the buyer then pays.
+    if outcome.body["status"] == "reserved" {
+        let id = outcome.body["id"].as_str().unwrap().to_string();
+        let url = format!("{}/orders/{id}/pay", app.base_url);
+        let paid = wait_until(Duration::from_secs(10), "the reservation paid", || async {
+            let reply = send(http().post(&url)).await.ok()?;
+            (!reply.retryable()).then_some(reply)
+        })
+        .await;
+        assert_eq!(paid.body["status"], "paid", "{paid:?}");
+    } else {
+        assert_eq!(outcome.body["status"], "paid", "{outcome:?}");
+    }
     // The held order, released past its deadline, was never written as a sale nor charged
     // (its buyer had been told 503 without an order id): the key's retry bought the unit.
     let counts = env.order_counts(product).await;

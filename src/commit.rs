@@ -94,7 +94,6 @@ async fn outcome(db: &PgPool, xid: i64, pid: i32, bound: Bound) -> Option<bool> 
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
-        // (Each ask above is bounded by `bound`, so the loop ends by `deadline`.)
     }
 }
 

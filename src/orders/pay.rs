@@ -144,15 +144,9 @@ async fn settle(shop: &Shop, order: Order, deadline: Instant, from: Claimed) -> 
     match mark_sent(shop, &order, &key, answer_by).await {
         Some(true) => {}
         // Settled or dropped meanwhile (a sweep took the order as never sent): not ours to
-        // send. Its buyer follows the order.
-        Some(false) => {
-            return Err(Error::OutcomePending {
-                order_id: Some(order.id),
-            })
-        }
-        // Whether the mark landed is not known, so neither is whether the sweep will charge
-        // it: the buyer follows the order rather than hear "not charged".
-        None => {
+        // send. Or whether the mark landed is not known, so neither is whether the sweep will
+        // charge it. Either way the buyer follows the order rather than hear "not charged".
+        Some(false) | None => {
             return Err(Error::OutcomePending {
                 order_id: Some(order.id),
             })

@@ -231,11 +231,11 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
             metrics::sweep("settled_paid", 1);
             return Ok(());
         }
-        Some(Some(_)) => return unpaid(shop, order).await,
+        Some(Some(_)) => return unpaid(shop, order, Intent::Keep).await,
         // Never sent (no lease, no time, the database away when it was given back): its
         // buyer was told it was not charged, and it never will be.
         Some(None) if intent.as_ref().is_some_and(|i| !i.sent) => {
-            return never_sent(shop, order).await
+            return unpaid(shop, order, Intent::DropUnsent).await
         }
         Some(None) => {
             // A charge like any other: within `--payment-concurrency`.
@@ -247,7 +247,7 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
         None => match shop.payment.lookup(&key, deadline).await? {
             Some(charge) => charge,
             // Never sent, so never charged.
-            None => return unpaid(shop, order).await,
+            None => return unpaid(shop, order, Intent::Keep).await,
         },
     };
     // Its own time to record and, for a decline, to give the units back: the charge may
@@ -265,22 +265,12 @@ async fn settle(shop: &Shop, order: &Order) -> anyhow::Result<()> {
 }
 
 /// A payment that charged nothing (declined, or never sent): the units go back on sale.
-async fn unpaid(shop: &Shop, order: &Order) -> anyhow::Result<()> {
+/// (Its intent, one never sent, dropped in the same transaction with `Intent::DropUnsent`.)
+async fn unpaid(shop: &Shop, order: &Order, intent: Intent) -> anyhow::Result<()> {
     let to = OrderStatus::PaymentFailed;
-    if release(shop, order, OrderStatus::Paying, to, Intent::Keep).await? {
+    if release(shop, order, OrderStatus::Paying, to, intent).await? {
         metrics::sweep("settled_failed", 1);
-        tracing::warn!(order = %order.id, "settled a payment that charged nothing: units returned");
-    }
-    Ok(())
-}
-
-/// A payment whose intent was never sent: the intent is dropped and the units go back on
-/// sale, in one transaction (`payment_failed`: nothing was charged).
-async fn never_sent(shop: &Shop, order: &Order) -> anyhow::Result<()> {
-    let to = OrderStatus::PaymentFailed;
-    if release(shop, order, OrderStatus::Paying, to, Intent::DropUnsent).await? {
-        metrics::sweep("settled_failed", 1);
-        tracing::warn!(order = %order.id, "settled a payment never sent: intent dropped, units returned");
+        tracing::warn!(order = %order.id, ?intent, "settled a payment that charged nothing: units returned");
     }
     Ok(())
 }

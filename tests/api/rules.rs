@@ -480,6 +480,16 @@ async fn a_timed_out_buyer_learns_the_outcome_by_retrying_the_key() {
     );
     assert!(timed_out.retry_after.is_some());
     hold.release();
+    // Its lock cycle ends (its lock node gone) having written nothing that holds a unit:
+    // the order was past its deadline when the hold let it go.
+    let zk = env.zk_client().await;
+    env.wait_for_queue(&zk, product, 0, "the held lock cycle to end")
+        .await;
+    let live = format!(
+        "SELECT COUNT(*) FROM orders WHERE product_id = {product}
+         AND status IN ('reserved', 'paying', 'paid')"
+    );
+    assert_eq!(count(&env, &live).await, 0, "the held order was written");
 
     let outcome = wait_until(Duration::from_secs(10), "the order to finish", || async {
         let retry = order_with_key(&app.base_url, product, "patient", "slow-1").await;

@@ -56,6 +56,9 @@ struct Inner {
     seal: Seal,
     /// Whether each listed name is ours (carries our seal): a resync reads only new names.
     verified: Mutex<HashMap<String, bool>>,
+    /// Flags this instance is raising now (made, not sealed yet, or not made yet): raised in
+    /// the mirror whatever a resync meanwhile reads of them.
+    raising: Mutex<HashSet<String>>,
 }
 
 impl Flags {
@@ -74,6 +77,7 @@ impl Flags {
                 changes: watch::channel(0).0,
                 seal,
                 verified: Mutex::new(HashMap::new()),
+                raising: Mutex::new(HashSet::new()),
             }),
         };
         resync(&flags.inner, &client)
@@ -110,6 +114,7 @@ impl Flags {
     /// Raises the flag for every instance. Flags are hints, but a flag that exists on one
     /// side only misleads: on a final failure the local mirror is put back as ZooKeeper has it.
     pub async fn raise(&self, flag: &str) {
+        self.inner.raising(flag, true);
         self.set_local(flag, true);
         let persistent = zk::CreateMode::Persistent.with_acls(self.inner.zk.acls());
         let path = self.path(flag);
@@ -148,6 +153,7 @@ impl Flags {
             }
         })
         .await;
+        self.inner.raising(flag, false);
         match created {
             Ok(ours) => {
                 self.inner.record(flag, ours);
@@ -246,6 +252,16 @@ where
 }
 
 impl Inner {
+    /// Marks `name` as being raised by this instance now, or no longer.
+    fn raising(&self, name: &str, now: bool) {
+        let mut raising = self.raising.lock().expect("raising flags poisoned");
+        if now {
+            raising.insert(name.to_string());
+        } else {
+            raising.remove(name);
+        }
+    }
+
     /// Records whether `name` is ours; true if it is newly known not to be.
     fn record(&self, name: &str, ours: bool) -> bool {
         let mut verified = self.verified.lock().expect("verified flags poisoned");
@@ -311,7 +327,16 @@ async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
             tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our seal); remove it if it is not wanted");
         }
     }
-    let flagged = children.into_iter().filter(|c| inner.ours(c)).collect();
+    let raising = inner
+        .raising
+        .lock()
+        .expect("raising flags poisoned")
+        .clone();
+    let flagged = children
+        .into_iter()
+        .filter(|c| inner.ours(c))
+        .chain(raising)
+        .collect();
     *inner.flagged.write().expect("flag set poisoned") = flagged;
     inner.changes.send_modify(|n| *n += 1);
     Ok(())
@@ -359,7 +384,16 @@ async fn follow(inner: std::sync::Weak<Inner>) {
                 // A flag's data changed: checked again (sealed now, or swapped: no longer ours).
                 zk::EventType::NodeDataChanged => {
                     if let Some(name) = event.path.strip_prefix(&format!("{}/", live.dir)) {
-                        live.forget(name);
+                        // Read again and recorded at once: never unknown in between.
+                        match read_mark(&client, &event.path, &live).await {
+                            Ok(Some(Mark::Ours)) => _ = live.record(name, true),
+                            Ok(Some(Mark::Stranger)) => {
+                                if live.record(name, false) {
+                                    tracing::warn!(node = %event.path, "a flag's data was changed to something we did not seal: it flags nothing now");
+                                }
+                            }
+                            _ => live.forget(name),
+                        }
                     }
                     if let Err(e) = resync(&live, &client).await {
                         tracing::debug!(error = %e, "sold-out resync failed; retrying on the next event");

@@ -245,11 +245,15 @@ impl From<sqlx::Error> for Error {
 }
 
 /// 57014 statement_timeout, 08xxx connection exceptions, 57P0x shutdown, 40001/40P01
-/// serialization failure or deadlock, 53300 too many connections, 55P03 lock not available:
-/// all passing, all worth a retry.
+/// serialization failure or deadlock, 53300 too many connections, 55P03 lock not available,
+/// 25P03 a transaction ended by `idle_in_transaction_session_timeout` (a client starved of
+/// CPU between two statements looks to PostgreSQL like one gone silent): all passing, all
+/// worth a retry.
 fn is_transient_sqlstate(code: &str) -> bool {
-    matches!(code, "57014" | "40001" | "40P01" | "53300" | "55P03")
-        || code.starts_with("08")
+    matches!(
+        code,
+        "57014" | "40001" | "40P01" | "53300" | "55P03" | "25P03"
+    ) || code.starts_with("08")
         || code.starts_with("57P")
 }
 
@@ -292,7 +296,7 @@ mod tests {
     #[test]
     fn passing_database_trouble_is_retryable() {
         for code in [
-            "57014", "40001", "40P01", "53300", "55P03", "08006", "57P01",
+            "57014", "40001", "40P01", "53300", "55P03", "08006", "57P01", "25P03",
         ] {
             assert!(is_transient_sqlstate(code), "{code}");
         }

@@ -62,6 +62,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true, value_parser = Secret(admin_token_rule))]
     pub admin_token: Option<String>,
 
+    #[command(flatten)]
+    pub buyers: crate::buyers::Settings,
+
     /// How long an order waits for a product's lock before answering 503 `lock_timeout`.
     #[arg(long, env = "SECKILL_LOCK_TIMEOUT_MS", default_value_t = 3000)]
     pub lock_timeout_ms: u64,
@@ -86,8 +89,9 @@ pub struct Config {
 
     /// Most of a product's stock (a share of every unit it ever had) that reservations
     /// without payment (`"pay": false`) may hold at once; beyond it they answer 409
-    /// `too_many_unpaid`. Ids are not authenticated: this is what stops a script reserving
-    /// a sale empty with ids that never pay. 1.0 turns it off.
+    /// `too_many_unpaid`. A buyer is cheap to make (any name in `open` mode, any account an
+    /// issuer signs up): this is what stops a script reserving a sale empty with buyers
+    /// that never pay. 1.0 turns it off.
     #[arg(long, env = "SECKILL_MAX_UNPAID_SHARE", default_value_t = 0.5, value_parser = parse_share)]
     pub max_unpaid_share: f64,
 

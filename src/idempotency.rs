@@ -44,6 +44,13 @@ pub fn parse_key(raw: &[u8]) -> Result<String, Error> {
     Ok(String::from_utf8_lossy(raw).into_owned())
 }
 
+/// The key as it is kept: scoped to its buyer, so the same key from two buyers is two keys
+/// (one buyer cannot replay, or block, another's). The buyer's id, U+001F (no buyer id holds
+/// a control character), then the client's key; migration 0015 moved older keys so.
+fn scoped(buyer: &str, key: &str) -> String {
+    format!("{buyer}\u{1f}{key}")
+}
+
 /// Places the order, once per key: admitted once, placed at most once, answered once.
 /// (An order without a key is the HTTP layer's to admit and place: nothing to remember.)
 pub async fn place(
@@ -55,6 +62,7 @@ pub async fn place(
     client_gone: oneshot::Receiver<()>,
     encode: Encode,
 ) -> Kept {
+    let key = scoped(request.user_id(), &key);
     let product_id = request.product_id();
     let first = |answer: Answer| {
         shop.answered(product_id, &answer);

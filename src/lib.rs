@@ -10,6 +10,8 @@
 //! - [`http`]: the route table, its own state, extraction with our error shape, admin auth,
 //!   and the mapping of domain errors to statuses. Uses the domain below; nothing below
 //!   uses it.
+//! - [`buyers`]: who buys: the buyer a verified bearer token names (an OIDC issuer's, or
+//!   this deployment's own demo tokens), or in the teaching `open` mode the body's.
 //! - [`idempotency`]: `Idempotency-Key` replay, wrapped around the order flow.
 //! - [`orders`]: the order flow ([`orders::Shop`]: admission, the combining queue, lock
 //!   cycles, batches, payment, the expiry sweep).
@@ -34,6 +36,7 @@
 //! Imports point down this list (`http` → `idempotency` → `orders` → `teaching` → `events`
 //! → `inventory` → `flags` → `lock` → ...), never back up.
 
+pub mod buyers;
 pub mod commit;
 pub mod config;
 pub mod database;

@@ -73,6 +73,15 @@ pub(super) struct Readiness {
     guarding: Option<uuid::Uuid>,
     /// This instance's name, as written into its lock nodes.
     instance: String,
+    /// How buyers are identified (`--buyer-auth`).
+    #[schema(value_type = String)]
+    buyer_auth: crate::buyers::Mode,
+    /// Whether buyers' tokens can be verified: `unavailable` while the issuer's keys
+    /// (`jwks`) have not been read.
+    buyer_keys: Status,
+    /// Said in `open` mode: anyone buys as anyone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<&'static str>,
 }
 
 /// The process is up and serving HTTP.
@@ -119,7 +128,12 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
         Standing::Outranked { guarding } => (Ensemble::Outranked, Some(guarding)),
         Standing::Unknown => (Ensemble::Unknown, None),
     };
-    let ready = postgres && zookeeper && payment_provider && matches!(ensemble, Ensemble::Guarding);
+    let buyer_keys = state.buyers.ready();
+    let ready = postgres
+        && zookeeper
+        && payment_provider
+        && buyer_keys
+        && matches!(ensemble, Ensemble::Guarding);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -133,6 +147,11 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
         ensemble,
         guarding,
         instance: state.zk.instance().to_string(),
+        buyer_auth: state.buyers.mode(),
+        buyer_keys: Status::of(buyer_keys),
+        warning: (state.buyers.mode() == crate::buyers::Mode::Open).then_some(
+            "--buyer-auth open: the buyer is whatever the body says; anyone buys as anyone. For teaching only",
+        ),
     };
     (status, Json(body))
 }

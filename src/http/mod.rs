@@ -6,6 +6,7 @@
 //! [`AppState`] is this layer's own: the domain's handles as the handlers need them, built
 //! in `startup`. The domain takes the handles it uses, never this.
 
+mod caller;
 pub mod client;
 pub mod error;
 mod events;
@@ -19,6 +20,7 @@ mod problems;
 mod products;
 mod recipes;
 pub mod server;
+mod session;
 pub mod snapshot;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -89,6 +91,8 @@ pub struct Handles {
     pub tasks: TaskTracker,
     /// Whether this instance's ZooKeeper ensemble guards the stock (readiness).
     pub standing: tokio::sync::watch::Receiver<crate::inventory::Standing>,
+    /// Who buys: verifies buyers' tokens (and issues them in `demo` mode).
+    pub buyers: crate::buyers::Buyers,
     /// The public ZooKeeper views and readiness, read once per refresh for every asker.
     pub views: Arc<snapshot::Views>,
     pub config: Arc<Config>,
@@ -113,6 +117,7 @@ pub fn router(state: AppState) -> Router {
         .merge(metrics::router())
         .merge(openapi::router())
         .merge(problems::router())
+        .merge(session::router())
         .fallback_service(
             tower::ServiceBuilder::new()
                 .map_request(no_nul)
@@ -376,29 +381,21 @@ pub fn require_demos(config: &Config, headers: &HeaderMap) -> Result<(), ApiErro
     Ok(())
 }
 
-/// Checks `Authorization: Bearer <admin token>`, comparing in constant time so the token
-/// cannot be guessed byte by byte from response timings.
+/// Checks `Authorization: Bearer <admin token>` (compared in constant time).
 pub fn require_admin(config: &Config, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = config.admin_token.as_deref() else {
+    if config.admin_token.is_none() {
         return Err(ApiError::AdminDisabled);
-    };
+    }
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+    if caller::is_admin(config, given) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Path ids arrive as strings so a malformed one answers our 400, not axum's plain text.
@@ -414,6 +411,7 @@ mod tests {
 
     #[test]
     fn constant_time_eq_compares_whole_tokens() {
+        use caller::constant_time_eq;
         assert!(constant_time_eq(b"secret", b"secret"));
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));

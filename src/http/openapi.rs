@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{PROBLEMS, PROBLEM_JSON};
 use super::AppState;
-use super::{events, health, metrics, money, orders, problems, products, recipes};
+use super::{events, health, metrics, money, orders, problems, products, recipes, session};
 use crate::inventory;
 
 #[derive(OpenApi)]
@@ -30,6 +30,10 @@ use crate::inventory;
         orders::create,
         orders::pay,
         orders::show,
+        orders::list,
+        session::sign_in,
+        session::whoami,
+        session::jwks,
         products::list,
         products::create,
         products::show,
@@ -56,6 +60,7 @@ use crate::inventory;
     modifiers(&Shared, &Bounds),
     tags(
         (name = "orders", description = "Buying, paying a reservation, looking an order up"),
+        (name = "buyers", description = "Who buys: signing in (`demo` mode), the session, the demo tokens' keys"),
         (name = "products", description = "Sales, their stock and audit; admin set-up"),
         (name = "teaching", description = "The lock queue, live events and demos the page shows"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
@@ -86,6 +91,18 @@ impl Modify for Shared {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some("The server's --admin-token"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "buyer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "A buyer's token: an OIDC issuer's (`--buyer-auth jwks`), or one from `POST /api/session` (`demo`). Not needed in `open` mode, where the body's `user_id` is the buyer",
+                    ))
                     .build(),
             ),
         );

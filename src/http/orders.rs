@@ -9,6 +9,7 @@ use axum::Router;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::caller::Caller;
 use super::error::{json_response, retry_after, status_of, ApiError, ErrorBody};
 use super::AppState;
 use super::{parse_id, Arrived, Json, Path};
@@ -30,7 +31,7 @@ pub fn router(config: &Config) -> Router<AppState> {
         None => post(create),
     };
     Router::new()
-        .route("/orders", create)
+        .route("/orders", create.get(list))
         .route("/orders/{id}", get(show))
         .route("/orders/{id}/pay", post(pay))
 }
@@ -43,14 +44,16 @@ pub fn router(config: &Config) -> Router<AppState> {
 /// itself. (An order without a key that the checks refuse wrote nothing: it is answered
 /// here.)
 #[utoipa::path(post, path = "/orders", operation_id = "placeOrder", tag = "orders",
-    request_body = NewOrder,
+    request_body = NewOrder, security(("buyer" = []), ("admin" = [])),
     params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,128}$",
         description = "Makes the request safe to retry: the same key and body answer the first answer again, byte for byte, with `Idempotent-Replayed: true`")),
     responses(
         (status = 201, description = "The order: `paid`, or `reserved` with `expires_at`", body = Order,
             headers(("idempotent-replayed" = String, description = "`true` on a replayed answer"))),
         (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthenticated` (no bearer token), `invalid_token`", body = ErrorBody<'static>),
         (status = 402, description = "`payment_failed`: declined, the stock went back", body = ErrorBody<'static>),
+        (status = 403, description = "`not_your_account`: `user_id` names another buyer than the token", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
         (status = 409, description = "`sold_out`, `purchase_limit`, `too_many_unpaid`, `idempotency_in_progress`", body = ErrorBody<'static>),
         (status = 422, description = "`idempotency_mismatch`, `unprocessable` (`quantity` over the product's `max_per_order`)", body = ErrorBody<'static>),
@@ -60,11 +63,13 @@ pub fn router(config: &Config) -> Router<AppState> {
 async fn create(
     State(state): State<AppState>,
     Arrived(arrived): Arrived,
+    caller: Caller,
     IdempotencyKey(key): IdempotencyKey,
-    Json(new): Json<NewOrder>,
+    Json(mut new): Json<NewOrder>,
 ) -> Result<Response, ApiError> {
     // Parsed once, here: a request that can never be valid is not worth remembering.
-    let request = new.parse()?;
+    let buyer = caller.buyer(new.user_id.take())?;
+    let request = new.parse(buyer)?;
     let (_client_here, client_gone) = oneshot::channel::<()>();
     let product_id = request.product_id();
     let task = match key {
@@ -153,21 +158,30 @@ fn respond(kept: Kept) -> Response {
 
 /// Pays a reservation made with `"pay": false`. Paying a paid order again answers it as is.
 #[utoipa::path(post, path = "/orders/{id}/pay", operation_id = "payOrder", tag = "orders",
-    params(("id" = uuid::Uuid, Path, description = "The order's id")),
+    security(("buyer" = []), ("admin" = [])), params(("id" = uuid::Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The order, `paid`", body = Order),
         (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthenticated`, `invalid_token`", body = ErrorBody<'static>),
         (status = 402, description = "`payment_failed`", body = ErrorBody<'static>),
-        (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody<'static>),
         (status = 409, description = "`reservation_expired`, `payment_in_progress`, `order_not_payable`", body = ErrorBody<'static>),
         (status = 503, description = "`payment_busy`: no payment lease before the deadline; not charged, still `reserved` with its deadline (`order_id`). `outcome_pending`: the provider's answer (or the claim's) did not come back; the charge is settled in the background (`order_id`)", body = ErrorBody<'static>),
     ))]
 async fn pay(
     State(state): State<AppState>,
     Arrived(arrived): Arrived,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Order>, ApiError> {
     let id = parse_id(&id, "order id")?;
+    if !matches!(caller, Caller::Admin | Caller::Anyone) {
+        // Another buyer's order is answered as no order at all: its id tells nothing.
+        let owned = state.shop.order(id).await?;
+        if !owned.is_some_and(|order| caller.owns(&order.user_id)) {
+            return Err(ApiError::Domain(Error::OrderNotFound(id)));
+        }
+    }
     let task = state.tasks.clone().spawn(
         async move { state.shop.pay(id, arrived).await }.instrument(tracing::Span::current()),
     );
@@ -188,14 +202,16 @@ pub(super) struct OrderWithPayment {
 
 /// One order, with its payment.
 #[utoipa::path(get, path = "/orders/{id}", operation_id = "getOrder", tag = "orders",
-    params(("id" = uuid::Uuid, Path, description = "The order's id")),
+    security(("buyer" = []), ("admin" = [])), params(("id" = uuid::Uuid, Path, description = "The order's id")),
     responses(
         (status = 200, description = "The order, with its payment intent (`pending`, then `succeeded` or `failed`) and who settled it (`answer` or `sweep`)", body = OrderWithPayment),
         (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
-        (status = 404, description = "`order_not_found`", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthenticated`, `invalid_token`", body = ErrorBody<'static>),
+        (status = 404, description = "`order_not_found`: no such order, or another buyer's", body = ErrorBody<'static>),
     ))]
 async fn show(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<OrderWithPayment>, ApiError> {
     let id = parse_id(&id, "order id")?;
@@ -203,6 +219,87 @@ async fn show(
         .shop
         .order_with_payment(id)
         .await?
+        // Another buyer's order is answered as no order at all: its id tells nothing.
+        .filter(|(order, _)| caller.owns(&order.user_id))
         .ok_or(ApiError::Domain(Error::OrderNotFound(id)))?;
     Ok(Json(OrderWithPayment { order, payment }))
+}
+
+/// `GET /orders`' query.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct Page {
+    /// Whose orders: the token's buyer (omit it, or repeat it). Required in `open` mode and
+    /// for the admin.
+    user_id: Option<String>,
+    /// How many, 1 to 100 (20).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<i64>,
+    /// The `next_cursor` of the page before.
+    cursor: Option<String>,
+}
+
+/// A page of a buyer's orders.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct Orders {
+    /// Newest first.
+    orders: Vec<Order>,
+    /// Pass it as `cursor` for the next page; `null` on the last.
+    next_cursor: Option<String>,
+}
+
+/// The caller's own orders, newest first, a page at a time.
+#[utoipa::path(get, path = "/orders", operation_id = "listOrders", tag = "orders",
+    security(("buyer" = []), ("admin" = [])), params(Page),
+    responses(
+        (status = 200, description = "A page of the buyer's orders", body = Orders),
+        (status = 400, description = "`invalid_request` (a malformed cursor or limit)", body = ErrorBody<'static>),
+        (status = 401, description = "`unauthenticated`, `invalid_token`", body = ErrorBody<'static>),
+        (status = 403, description = "`not_your_account`: `user_id` names another buyer than the token", body = ErrorBody<'static>),
+    ))]
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<axum::extract::Query<Page>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Orders>, ApiError> {
+    let axum::extract::Query(page) = query.map_err(|r| ApiError::invalid(r.body_text()))?;
+    let buyer = caller.buyer(page.user_id)?;
+    let limit = page.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::invalid("limit must be 1 to 100"));
+    }
+    let after = page.cursor.as_deref().map(cursor::parse).transpose()?;
+    let orders = state.shop.orders_of(&buyer, after, limit).await?;
+    let next_cursor = (orders.len() as i64 == limit)
+        .then(|| orders.last().map(|o| cursor::of(o.created_at, o.id)))
+        .flatten();
+    Ok(Json(Orders {
+        orders,
+        next_cursor,
+    }))
+}
+
+/// A page's end, as `next_cursor` says it: the last order's time (µs) and id. Opaque to
+/// clients; only ever read back here.
+mod cursor {
+    use chrono::{DateTime, Utc};
+    use uuid::Uuid;
+
+    use super::ApiError;
+
+    pub fn of(at: DateTime<Utc>, id: Uuid) -> String {
+        format!("{}.{}", at.timestamp_micros(), id.simple())
+    }
+
+    pub fn parse(raw: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+        let bad = || ApiError::invalid("cursor is not a next_cursor this API gave");
+        let (micros, id) = raw.split_once('.').ok_or_else(bad)?;
+        let at = micros
+            .parse::<i64>()
+            .ok()
+            .and_then(DateTime::from_timestamp_micros)
+            .ok_or_else(bad)?;
+        Ok((at, Uuid::parse_str(id).map_err(|_| bad())?))
+    }
 }

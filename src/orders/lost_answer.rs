@@ -40,11 +40,11 @@ impl Shop {
             .map_err(|e| Error::Unavailable(anyhow!(e)))?;
         let request = NewOrder {
             product_id,
-            user_id: BUYER.to_string(),
+            user_id: None,
             quantity: 1,
             pay: false,
         }
-        .parse()?;
+        .parse(BUYER.to_string())?;
         let admitted = self
             .admit(&request, false, std::time::Instant::now())
             .await?;

@@ -16,6 +16,7 @@ use super::model::{Answer, Order, Payment};
 use super::recorder::Recorder;
 use super::rules::Rules;
 use super::shared::SharedCycles;
+use super::store;
 use crate::error::Error;
 use crate::events::Events;
 use crate::flags::Flags;
@@ -192,5 +193,20 @@ impl Shop {
         id: Uuid,
     ) -> Result<Option<(Order, Option<Payment>)>, Error> {
         Ok(intents::order_with_payment(&self.db, id).await?)
+    }
+
+    /// One order as it stands.
+    pub async fn order(&self, id: Uuid) -> Result<Option<Order>, Error> {
+        Ok(store::get(&self.db, id).await?)
+    }
+
+    /// A page of `buyer`'s orders, newest first (see [`store::of_buyer`]).
+    pub async fn orders_of(
+        &self,
+        buyer: &str,
+        after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+        limit: i64,
+    ) -> Result<Vec<Order>, Error> {
+        Ok(store::of_buyer(&self.db, buyer, after, limit).await?)
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -280,6 +281,31 @@ pub async fn get(db: &PgPool, id: Uuid) -> Result<Option<Order>, sqlx::Error> {
     )
     .fetch_optional(db)
         .await
+}
+
+/// A buyer's orders, newest first, from just before `after` (the last one of the page
+/// before: its time and id), at most `limit`.
+pub async fn of_buyer(
+    db: &PgPool,
+    buyer: &str,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Order>, sqlx::Error> {
+    let (at, id) = after.unzip();
+    sqlx::query_as!(
+        Order,
+        r#"SELECT id AS "id!", product_id AS "product_id!", user_id AS "user_id!", quantity AS "quantity!", amount_cents AS "amount_cents!", status AS "status!: OrderStatus", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS "created_at!", updated_at AS "updated_at!"
+           FROM orders
+           WHERE user_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::uuid))
+           ORDER BY created_at DESC, id DESC
+           LIMIT $4"#,
+        buyer,
+        at,
+        id,
+        limit
+    )
+    .fetch_all(db)
+    .await
 }
 
 fn millis(d: Duration) -> i32 {

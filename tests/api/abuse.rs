@@ -629,6 +629,8 @@ async fn with_zk_auth_a_root_open_to_anyone_is_refused_at_start() {
         &env.zk_root,
         "--zk-auth",
         "seckill:s3cret-for-tests",
+        "--buyer-auth",
+        "open",
     ];
     let config = <seckill::Config as clap::Parser>::try_parse_from(argv).unwrap();
     let refused = seckill::Application::build(config)

@@ -213,6 +213,10 @@ impl TestEnv {
             // snapshots themselves are tested in `access`, which sets its own).
             "--view-refresh-ms",
             "0",
+            // Buyers as the body names them; the identity tests append their own mode (a
+            // later flag wins).
+            "--buyer-auth",
+            "open",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -429,11 +433,13 @@ impl TestEnv {
 
     /// Whether an Idempotency-Key has a record (taken, in progress or answered).
     pub async fn key_exists(&self, key: &str) -> bool {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE key = $1)")
-            .bind(key)
-            .fetch_one(&self.db)
-            .await
-            .unwrap()
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE split_part(key, chr(31), 2) = $1)",
+        )
+        .bind(key)
+        .fetch_one(&self.db)
+        .await
+        .unwrap()
     }
 
     /// After a buyer with `key` hung up while queued: waits until its order's task has

@@ -24,8 +24,10 @@ async fn leave_order(env: &TestEnv, product: i64, user: &str, key: &str, status:
     .execute(&env.db)
     .await
     .unwrap();
-    sqlx::query("INSERT INTO idempotency_keys (key, request, order_id) VALUES ($1, $2, $3)")
+    // Kept as the server keeps it: scoped to its buyer.
+    sqlx::query("INSERT INTO idempotency_keys (key, request, order_id) VALUES ($2 || chr(31) || $1, $3, $4)")
         .bind(key)
+        .bind(user)
         .bind(json!({ "product_id": product, "user_id": user, "quantity": 1, "pay": true }))
         .bind(id)
         .execute(&env.db)

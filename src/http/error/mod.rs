@@ -29,6 +29,18 @@ pub enum ApiError {
     /// 401: the admin bearer token is missing or wrong.
     #[error("a valid admin bearer token is required")]
     Unauthorized,
+    /// 401: a buyer's bearer token is required and none was sent.
+    #[error("a bearer token is required: sign in")]
+    Unauthenticated,
+    /// 401: the bearer token is not one to trust; the text says why.
+    #[error("the bearer token is not valid: {0}")]
+    InvalidToken(String),
+    /// 403: the body names another buyer than the token.
+    #[error("user_id names another buyer than your token")]
+    NotYourAccount,
+    /// 403: tokens are issued only in `--buyer-auth demo`.
+    #[error("this server issues no tokens: sign in with your issuer (--buyer-auth is not demo)")]
+    NoDemoIssuer,
     /// 403: the server runs without an admin token.
     #[error("admin endpoints are disabled: start the server with --admin-token")]
     AdminDisabled,
@@ -122,6 +134,10 @@ impl ApiError {
         match self {
             Domain(error) => error.code(),
             Unauthorized => "unauthorized",
+            Unauthenticated => "unauthenticated",
+            InvalidToken(_) => "invalid_token",
+            NotYourAccount => "not_your_account",
+            NoDemoIssuer => "no_demo_issuer",
             AdminDisabled => "admin_disabled",
             RouteNotFound => "not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -226,7 +242,19 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry = self.retry_after();
         let overloaded = matches!(self, ApiError::Overloaded(_));
+        // RFC 6750: a 401 names the scheme to use, and why a token sent was refused.
+        let challenge = match &self {
+            ApiError::Unauthenticated | ApiError::Unauthorized => Some(r#"Bearer realm="seckill""#),
+            ApiError::InvalidToken(_) => Some(r#"Bearer realm="seckill", error="invalid_token""#),
+            _ => None,
+        };
         let mut response = json_response(self.status(), self.body(), retry);
+        if let Some(challenge) = challenge {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+        }
         // A refusal for want of room must free the room it took: a connection kept alive
         // after it would hold the socket the refusal was about (a flood of refused event
         // streams would lock every other client out).
@@ -277,6 +305,10 @@ mod tests {
         let mut errors: Vec<ApiError> = domain.into_iter().map(ApiError::from).collect();
         errors.extend([
             ApiError::Unauthorized,
+            ApiError::Unauthenticated,
+            ApiError::InvalidToken("x".into()),
+            ApiError::NotYourAccount,
+            ApiError::NoDemoIssuer,
             ApiError::AdminDisabled,
             ApiError::RouteNotFound,
             ApiError::MethodNotAllowed,

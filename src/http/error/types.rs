@@ -53,12 +53,16 @@ impl Problem {
 /// Every code an answer can carry, in the order of the API page's table of codes
 /// (docs/api.md, which a contract test holds to this table).
 #[rustfmt::skip]
-pub const PROBLEMS: [Problem; 30] = [
+pub const PROBLEMS: [Problem; 34] = [
     Problem::new("invalid_request", 400, FINAL, "The request is malformed"),
     Problem::new("unauthorized", 401, FINAL, "An admin bearer token is required"),
+    Problem::new("unauthenticated", 401, FINAL, "A bearer token is required"),
+    Problem::new("invalid_token", 401, FINAL, "The bearer token is not valid"),
     Problem::new("payment_failed", 402, FINAL, "The payment was declined"),
     Problem::new("admin_disabled", 403, FINAL, "Admin endpoints are disabled"),
     Problem::new("demo_disabled", 403, FINAL, "Demos are disabled on this server"),
+    Problem::new("not_your_account", 403, FINAL, "The order's buyer is not the token's"),
+    Problem::new("no_demo_issuer", 403, FINAL, "This server issues no tokens"),
     Problem::new("unknown_product", 404, FINAL, "No such product"),
     Problem::new("order_not_found", 404, FINAL, "No such order"),
     Problem::new("not_found", 404, FINAL, "No such route"),

@@ -1,11 +1,13 @@
-// The page's English texts, by stable key. static/i18n/zh.js has the same keys with the same
-// {placeholders} (a browser test checks both); js/i18n.js applies them.
+// The page's English texts, by stable key (those of who buys in ./en-account.js). zh.js has the
+// same keys with the same {placeholders} (a browser test checks both); js/i18n.js applies them.
 //
 // Numbers, ids, guard names, product names, ZooKeeper paths, node owners and fencing tokens
 // are identifiers: they come in as {placeholders} and are never translated. A placeholder
 // with no matching param is left as written (the footer's /api/products/{id}/lock is one).
 // Texts may hold markup (<code>, <strong>, <em>): the page's own, shown as HTML; what comes
 // in through a placeholder is escaped. Only English may use {message}, the server's message.
+
+import account from './en-account.js';
 
 export default {
   // ------------------------------------------------------------ page and header
@@ -19,7 +21,7 @@ export default {
   'live.reconnecting': 'reconnecting…',
   'live.away': 'server unreachable — retrying…',
   'live.back': 'live again',
-  'footer': 'API: <code>POST /orders</code>, <code>GET /api/products</code>, <code>GET /api/products/{id}/lock</code>, <code>GET /api/products/{id}/terms-lock</code>, <code>GET /api/payments/semaphore</code>, <code>GET /api/events</code> — see the README.',
+  'footer': 'API: <code>POST /api/session</code>, <code>POST /orders</code>, <code>GET /orders</code>, <code>GET /api/products</code>, <code>GET /api/products/{id}/lock</code>, <code>GET /api/products/{id}/terms-lock</code>, <code>GET /api/payments/semaphore</code>, <code>GET /api/events</code> — see the README.',
 
   // ------------------------------------------------------------ 1 · the shop
   'shop.heading': '1 · The shop',
@@ -293,4 +295,5 @@ export default {
   'log.crash': 'Crash on product #{id}: the holder with token {token} vanished with its session; its node was deleted and the queue moved on.',
 
   'explain.heading': 'What you are seeing',
+  ...account,
 };

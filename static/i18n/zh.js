@@ -1,6 +1,8 @@
 // 页面的中文文案 (the page's Chinese texts), by the same keys and {placeholders} as
 // static/i18n/en.js: see there for the rules.
 
+import account from './zh-account.js';
+
 export default {
   // ------------------------------------------------------------ page and header
   'page.title': 'seckill 秒杀 — 永不超卖',
@@ -13,7 +15,7 @@ export default {
   'live.reconnecting': '重新连接中…',
   'live.away': '无法连接服务器 — 正在重试…',
   'live.back': '已恢复实时',
-  'footer': 'API：<code>POST /orders</code>、<code>GET /api/products</code>、<code>GET /api/products/{id}/lock</code>、<code>GET /api/products/{id}/terms-lock</code>、<code>GET /api/payments/semaphore</code>、<code>GET /api/events</code> — 详见 README。',
+  'footer': 'API：<code>POST /api/session</code>、<code>POST /orders</code>、<code>GET /orders</code>、<code>GET /api/products</code>、<code>GET /api/products/{id}/lock</code>、<code>GET /api/products/{id}/terms-lock</code>、<code>GET /api/payments/semaphore</code>、<code>GET /api/events</code> — 详见 README。',
 
   // ------------------------------------------------------------ 1 · the shop
   'shop.heading': '1 · 商店',
@@ -284,4 +286,5 @@ export default {
   'log.crash': '商品 #{id} 上的崩溃：令牌 {token} 的持有者随会话一起消失；它的节点被删除，队列继续前进。',
 
   'explain.heading': '你看到的是什么',
+  ...account,
 };

@@ -2,7 +2,7 @@
 // {ok, status, body, problem}, problem being {status, code, message, retryable, retryAfter}
 // (status 0: no answer). Whether to ask again is the answer's to say, never a list of codes.
 
-import { store } from './state.js';
+import { setEntry, store } from './state.js';
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -38,11 +38,22 @@ function problemOf(response, body) {
   };
 }
 
-/// request('/orders', { method: 'POST', body, admin: true, idempotencyKey, timeoutMs })
-export async function request(path, { method = 'GET', body, admin = false, idempotencyKey, timeoutMs } = {}) {
+/// request('/orders', { method: 'POST', body, admin: true, as: name, idempotencyKey, timeoutMs })
+/// sends, as `Authorization: Bearer`, the admin token (`admin`), a simulated buyer's (`as`: its
+/// name), or else the page's buyer's, if one is held. A token refused as `invalid_token` (it
+/// expired) is renewed once, signed in again by its name (demo mode), and the request sent again.
+export async function request(path, options = {}) {
+  const who = await credentials(options);
+  const answer = await send(path, options, who.token);
+  if (answer.problem?.code !== 'invalid_token' || options.admin || who.admin || !who.token) return answer;
+  return send(path, options, await renewed(options, who, answer.problem));
+}
+
+async function send(path, { method = 'GET', body, admin = false, idempotencyKey, timeoutMs } = {}, token = '') {
   const headers = {};
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  if (admin) headers.Authorization = `Bearer ${store.get().adminToken}`;
+  // The admin's header as before: sent, even empty, and answered 401 `unauthorized` then.
+  if (admin || token) headers.Authorization = `Bearer ${token}`;
   if (idempotencyKey) headers['Idempotency-Key'] = idempotencyKey;
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs ?? (method === 'GET' ? READ_TIMEOUT_MS : WRITE_TIMEOUT_MS));
@@ -79,6 +90,94 @@ export const retryDelay = (problem, attempt) =>
 
 /// `base` doubled `attempt` times (at most 8 s), jittered: the one backoff of the page.
 const backoff = (base, attempt) => Math.min(8000, base * 2 ** attempt) * (0.5 + Math.random());
+
+// ---------------------------------------------------------------- who asks
+
+/// Signs `name` in (demo mode: the server issues a short-lived token for it). Sent with no
+/// token: a stale one must not stand in the way of its renewal.
+export const signIn = (name) => send('/api/session', { method: 'POST', body: { name } });
+
+// The token a request carries, and for a simulated buyer the cache entry it came from. The
+// crowd of a `jwks` server orders as the admin (who may order for anyone): a page cannot get
+// tokens from another company's issuer for made-up names. In `open` mode nobody has a token.
+async function credentials({ admin, as }) {
+  const { adminToken, session } = store.get();
+  if (admin) return { token: adminToken };
+  if (as === undefined) return { token: session.token };
+  if (session.mode === 'jwks') return { token: adminToken, admin: true };
+  if (session.mode !== 'demo') return { token: '' };
+  const entry = crowdToken(as);
+  return { token: await entry, entry };
+}
+
+// After `who.token` was refused (`problem`): the token to send again with.
+async function renewed({ as }, who, problem) {
+  if (as !== undefined) return crowdToken(as, who.entry);
+  await renewBuyer(who.token, problem);
+  return store.get().session.token;
+}
+
+// A simulated buyer's token: the cached one, or (none cached, or `stale` refused) a new
+// sign-in, cached at once so that the buyer's other requests wait for the same one. A failed
+// sign-in is not kept: the next request tries again.
+function crowdToken(name, stale) {
+  const cached = store.get().crowdTokens.get(name);
+  if (cached && cached !== stale) return cached;
+  const entry = signIn(name).then(({ ok, body }) => {
+    if (!ok && store.get().crowdTokens.get(name) === entry) {
+      const tokens = new Map(store.get().crowdTokens);
+      tokens.delete(name);
+      store.set({ crowdTokens: tokens });
+    }
+    return ok ? body.token : '';
+  });
+  setEntry('crowdTokens', name, entry);
+  return entry;
+}
+
+/// Signs the crowd in before it buys (demo mode), `parallel` at a time: the sale then measures
+/// the orders, not the sign-ins. Names already signed in this page's life keep their token.
+export async function signInCrowd(names, parallel = 4) {
+  if (store.get().session.mode !== 'demo') return;
+  const known = store.get().crowdTokens;
+  const todo = [...new Set(names)].filter((name) => !known.has(name)).reverse();
+  const signed = [];
+  const worker = async () => {
+    for (let name = todo.pop(); name !== undefined; name = todo.pop()) {
+      const { ok, body } = await signIn(name);
+      if (ok) signed.push([name, Promise.resolve(body.token)]);
+    }
+  };
+  await Promise.all(Array.from({ length: parallel }, worker));
+  // One new Map for the whole crowd, not one per buyer.
+  store.set({ crowdTokens: new Map([...store.get().crowdTokens, ...signed]) });
+}
+
+// The page's buyer's token `stale` was refused (`problem`): signed in again by its name, once
+// however many requests were refused (demo mode); otherwise dropped, and why said
+// (session.refused).
+async function renewBuyer(stale, problem) {
+  if (store.get().session.token !== stale) return; // renewed or dropped already
+  let pending = store.get().renewal;
+  if (!pending) {
+    pending = signInAgain(store.get().session, problem).finally(() => store.set({ renewal: null }));
+    store.set({ renewal: pending });
+  }
+  await pending;
+}
+
+// Before the server has said its mode (the page's first request), a demo server is assumed:
+// any other answers 403 no_demo_issuer, and the token is dropped all the same. A sign-in that
+// got no answer changes nothing (the next refusal tries again), nor one overtaken by the
+// reader signing in or out meanwhile.
+async function signInAgain(session, problem) {
+  const demo = session.mode === 'demo' || session.mode === null;
+  const again = demo && session.name ? await signIn(session.name) : null;
+  const now = store.get().session;
+  if (now.token !== session.token || again?.problem?.unanswered) return;
+  if (again?.ok) store.set({ session: { ...now, token: again.body.token, buyer: again.body.buyer, refused: null } });
+  else store.set({ session: { ...now, token: '', buyer: null, refused: problem } });
+}
 
 // ---------------------------------------------------------------- the connection's state
 

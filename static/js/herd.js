@@ -2,7 +2,7 @@
 // them; and the queue section's step-through sale, which shows those wake-ups one release at
 // a time.
 
-import { request } from './api.js';
+import { request, signInCrowd } from './api.js';
 import { t } from './i18n.js';
 import { $, busy, el, setText } from './render.js';
 import { bindOutput } from './show.js';
@@ -97,9 +97,12 @@ async function queueBuyers() {
   const show = () => store.set({ stepQueued: { id, n, answered } });
   show();
   const stamp = Date.now();
+  const names = Array.from({ length: n }, (_, i) => `step-${stamp}-${i}`);
+  // Signed in first (demo mode), so that they queue together.
+  await signInCrowd(names);
   return Promise.all(
-    Array.from({ length: n }, (_, i) =>
-      buyer(id, `step-${stamp}-${i}`).then(() => {
+    names.map((name) =>
+      buyer(id, name).then(() => {
         answered += 1;
         show();
       }),

@@ -1,8 +1,9 @@
-// The teaching page: the shop, a two-lane flash-sale simulator, the live lock queue, herd vs
-// fair, the crash/zombie demos, money and the lock lab, one module each. Plain ES modules,
-// no build step. Everything live comes from one server-sent-events stream (/api/events),
-// except the lock lab's two views, polled while the page is visible. No module holds a
-// user-visible sentence: the texts are in /i18n/en.js and /i18n/zh.js.
+// The teaching page: the shop (who buys in account.js, their orders in orders.js), a two-lane
+// flash-sale simulator, the live lock queue, herd vs fair, the crash/zombie demos, money and
+// the lock lab, one module each. Plain ES modules, no build step. Everything live comes from
+// one server-sent-events stream (/api/events), except the lock lab's two views, polled while
+// the page is visible. No module holds a user-visible sentence: the texts are in
+// /i18n/en.js and /i18n/zh.js.
 
 import { openEvents } from './api.js';
 import { initI18n, t } from './i18n.js';
@@ -10,6 +11,8 @@ import { $, setText } from './render.js';
 import { store } from './state.js';
 import { initLog } from './log.js';
 import { loadProducts, onProductEvent } from './products.js';
+import { checkSession, initAccount } from './account.js';
+import { initOrders } from './orders.js';
 import { initShop } from './shop.js';
 import { initSimulator } from './simulator.js';
 import { initQueue, onQueueEvent, reloadLockViews } from './queue.js';
@@ -54,7 +57,9 @@ initI18n();
 initStatus();
 initAdminToken();
 initLog();
+initAccount();
 initShop();
+initOrders();
 initSimulator();
 initQueue();
 initHerd();
@@ -66,5 +71,7 @@ initLab();
 openEvents('/api/events', { product: onProductEvent, queue: onQueueEvent, demo: onDemoEvent }, () => {
   loadProducts();
   reloadLockViews();
+  // A server that was away at the start has not said yet how buyers sign in.
+  if (store.get().session.mode === null) checkSession();
 });
 loadProducts();

@@ -7,6 +7,7 @@ import { $, busy, el, html, setHtml, setText } from './render.js';
 import { showProblem } from './show.js';
 import { store } from './state.js';
 import { fillSelect, fmtMoney, guarding, productList, putProduct, statusName } from './products.js';
+import { refreshOrders } from './orders.js';
 
 // Product names and guard names are the server's identifiers: data-ident, never translated.
 function productCard(p) {
@@ -68,12 +69,14 @@ async function buy(event) {
   event.preventDefault();
   await busy($('#buy button[type=submit]'), async () => {
     store.set({ buy: {} });
+    // The buyer is the token's (demo, jwks); in open mode, the name typed, in the body.
+    const open = store.get().session.mode === 'open';
     const { ok, body, problem } = await request('/orders', {
       method: 'POST',
       idempotencyKey: crypto.randomUUID(),
       body: {
         product_id: Number($('#buy-product').value),
-        user_id: $('#buy-user').value,
+        ...(open ? { user_id: $('#buy-user').value } : {}),
         quantity: Number($('#buy-qty').value),
         pay: $('#buy-pay').checked,
       },
@@ -83,6 +86,7 @@ async function buy(event) {
     if (orderId) followPayment(orderId);
     else store.set({ followed: null, payment: null });
     store.set({ buy: ok ? { order: body } : { problem } });
+    if (orderId) refreshOrders();
   });
 }
 
@@ -119,7 +123,11 @@ async function followPayment(id) {
     if (store.get().followed !== id) return;
     if (ok) {
       store.set({ payment: { payment: body.payment } });
-      if (body.payment?.outcome !== 'pending') return;
+      if (body.payment?.outcome !== 'pending') {
+        // Settled later than the order's answer: My orders shows it so.
+        if (i > 0) refreshOrders();
+        return;
+      }
     }
     await sleep(1000);
   }

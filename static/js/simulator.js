@@ -2,7 +2,7 @@
 // live counters, and the audit's verdict at the end — read from the server, never guessed:
 // an audit that could not be read is said so, with no verdict.
 
-import { request, retryDelay, sleep } from './api.js';
+import { request, retryDelay, signInCrowd, sleep } from './api.js';
 import { t } from './i18n.js';
 import { $, busy, setText } from './render.js';
 import { bindOutput } from './show.js';
@@ -15,12 +15,14 @@ const ATTEMPTS = 4;
 
 /// One buyer: one order under its own Idempotency-Key (never sold twice), asked again while
 /// the answer says it may be, at most ATTEMPTS times. Says how it ended: paid, sold_out or
-/// other; `onRetry` hears each retry.
+/// other; `onRetry` hears each retry. The buyer is `user`: signed in by that name (demo mode:
+/// js/api.js holds its token; sign the crowd in first, signInCrowd), or named in the body.
 export async function buyer(productId, user, onRetry = () => {}) {
   for (let attempt = 0; ; attempt += 1) {
     const { ok, problem } = await request('/orders', {
       method: 'POST',
       idempotencyKey: user,
+      as: user,
       body: { product_id: productId, user_id: user },
     });
     if (ok) return 'paid';
@@ -105,11 +107,15 @@ function verdictOf(audit) {
   return { kind: 'ok', params, audit };
 }
 
-async function runLane(key, productId, buyers) {
-  const name = `lane.${key}`;
-  const stats = { paid: 0, sold_out: 0, retried: 0, other: 0 };
-  store.set({ [name]: { state: 'running', buyers, answered: 0, stats, verdict: { kind: 'selling' } } });
+// A lane's buyers: new names for every sale (each orders once, under its own key).
+function crowd(buyers) {
   const run = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  return Array.from({ length: buyers }, (_, i) => `sim-${run}-${i}`);
+}
+
+async function runLane(key, productId, names) {
+  const name = `lane.${key}`;
+  patch(name, { state: 'running', verdict: { kind: 'selling' } });
   // This instance's counters before the sale: the lane reports only what its sale added.
   const before = await lockView(productId);
   const started = performance.now();
@@ -118,7 +124,7 @@ async function runLane(key, productId, buyers) {
     patch(name, { stats: { ...lane.stats, [k]: lane.stats[k] + 1 }, answered: lane.answered + (k === 'retried' ? 0 : 1) });
   };
   await Promise.all(
-    Array.from({ length: buyers }, async (_, i) => count(await buyer(productId, `sim-${run}-${i}`, () => count('retried')))),
+    names.map(async (user) => count(await buyer(productId, user, () => count('retried')))),
   );
   const seconds = (performance.now() - started) / 1000;
   patch(name, { seconds });
@@ -137,15 +143,19 @@ async function runSale() {
   const buyers = Math.max(1, Math.min(1000, Number($('#sim-buyers').value) || 1));
   store.set({ selling: true });
   try {
-    const chosen = new Set();
-    await Promise.all(
-      ['a', 'b'].map((key) => {
-        const id = laneProduct(key);
-        if (!id || chosen.has(id)) return null; // the same product twice would share one stock
-        chosen.add(id);
-        return runLane(key, id, buyers);
-      }),
-    );
+    const lanes = [];
+    for (const key of ['a', 'b']) {
+      const id = laneProduct(key);
+      // The same product twice would share one stock.
+      if (id && !lanes.some((lane) => lane.id === id)) lanes.push({ key, id, names: crowd(buyers) });
+    }
+    const stats = { paid: 0, sold_out: 0, retried: 0, other: 0 };
+    for (const { key } of lanes) {
+      store.set({ [`lane.${key}`]: { state: 'signing-in', buyers, answered: 0, stats, verdict: { kind: 'signing_in' } } });
+    }
+    // Every buyer of both lanes signed in before the first order: the race is the orders'.
+    await signInCrowd(lanes.flatMap((lane) => lane.names));
+    await Promise.all(lanes.map(({ key, id, names }) => runLane(key, id, names)));
   } finally {
     store.set({ selling: false });
   }

@@ -32,6 +32,15 @@ export const store = createStore({
   streamOpen: false,
   wasAway: false, // the server was away since the stream was last open
   adminToken: '',
+  // Who the page buys as (js/account.js keeps it in sessionStorage): the server's mode (demo,
+  // jwks, open; null until it says), the token held ('' none), the name it was issued for
+  // (demo mode: signed in again by it when the token is refused), who the server says the
+  // token names, and the problem that ended a token (refused, and not renewable).
+  session: { mode: null, token: '', name: '', buyer: null, refused: null },
+  // A sign-in again of the page's buyer on its way (js/api.js): the requests refused meanwhile wait for it.
+  renewal: null,
+  // The simulated buyers' tokens (demo mode), by name, for the page's life: name -> Promise of a token.
+  crowdTokens: new Map(),
   products: new Map(), // id -> product, as the last answer or event had it
   lockStats: new Map(), // id -> this instance's lock counters for the product
   log: [], // the event log, newest first: {key, params, bad, at}

@@ -1,95 +1,23 @@
 // End-to-end tests of the teaching page in headless Debian Chromium, against two real
 // seckill instances (and the real PostgreSQL and ZooKeeper behind them), plus others on
 // ZooKeeper roots of their own: a long one for the phone layout test, one killed and restarted.
+// Buyers sign in (the instances run `--buyer-auth demo`); identity.test.mjs tests who buys.
 //
-// Run by scripts/test, which provides:
-//   SECKILL_BIN              the server binary
-//   E2E_DATABASE_URL         a fresh database for this run
-//   E2E_OTHER_DATABASE_URL   another, for the instance with a long ZooKeeper root
-//   E2E_SURVIVE_DATABASE_URL another, for the instance that is killed and restarted
-//   SECKILL_ZK               ZooKeeper connect string
+// Run by scripts/test, with the environment harness.mjs lists.
 // Screenshots go to tests/browser/screenshots/ (git-ignored); page-en.png and page-zh.png (and
 // their -phone versions, 390 px wide) show the whole page in each language, lab-semaphore.png
 // and lab-rwlock.png the lock lab.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
-import { createInterface } from 'node:readline';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+import {
+  ADMIN, buyAll, buyAs, createProduct, killServer, launchBrowser, need, shots, signIn, signInPage, startServer, stopServers,
+} from './harness.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const shots = join(here, 'screenshots');
-const ADMIN = 'e2e-admin-token-0';
-const servers = [];
 let browser;
 let consoleErrors = [];
-
-function need(name) {
-  const value = process.env[name];
-  assert.ok(value, `${name} must be set (run scripts/test)`);
-  return value;
-}
-
-// Starts one instance on a free loopback port; resolves with its base URL.
-// Another `zkRoot` is another ZooKeeper ensemble's identity: it needs a `databaseUrl` of its
-// own, since an instance whose ensemble does not guard its database sells nothing.
-function startServer(instance, { zkRoot = `/seckill-e2e/${process.pid}`, requestTimeoutMs = 60_000, databaseUrl = need('E2E_DATABASE_URL') } = {}) {
-  const child = spawn(
-    need('SECKILL_BIN'),
-    [
-      '--listen', '127.0.0.1:0',
-      '--database-url', databaseUrl,
-      '--zk', need('SECKILL_ZK'),
-      '--zk-root', zkRoot,
-      '--admin-token', ADMIN,
-      // ZooKeeper closed to strangers, as scripts/demo runs it.
-      '--zk-auth', 'seckill:e2e-zk-credentials',
-      '--allow-unsafe-guards',
-      // The source material's sleep: a browser sends only ~6 requests at a time, and the
-      // race (and the queue) must still show.
-      '--stock-think-ms', '20',
-      // The payment semaphore the lock lab draws: every instance must agree on N.
-      '--payment-concurrency', '2',
-      // A step-through's waiting orders live as long as their requests (its lock timeout is
-      // the request's): on a busy machine three Nexts and the page's redraws took longer
-      // than the default 15 s, the waiters left, and the wake-ups the test counts with them.
-      '--request-timeout-ms', String(requestTimeoutMs),
-      '--shutdown-grace-ms', String(requestTimeoutMs + 2000),
-      '--static-dir', join(here, '..', '..', 'static'),
-      '--instance', instance,
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, RUST_LOG: 'warn' } },
-  );
-  servers.push(child);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${instance} did not start in 30 s`)), 30_000);
-    child.on('exit', (code) => reject(new Error(`${instance} exited with ${code}`)));
-    createInterface({ input: child.stdout }).once('line', (line) => {
-      clearTimeout(timer);
-      const base = line.replace('seckill listening on ', '').trim();
-      running.set(base, child);
-      resolve(base);
-    });
-  });
-}
-
-// The instance serving `base`, by its URL: a test that stops one finds it here.
-const running = new Map();
-
-// Kills the instance serving `base` at once (no graceful shutdown: a crash, as a page meets
-// it) and resolves when it has exited.
-function killServer(base) {
-  const child = running.get(base);
-  running.delete(base);
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGKILL');
-  return exited;
-}
 
 // A TCP proxy on a free loopback port to `proxy.backend` (a base URL, or null): one address for
 // a page whose server dies and comes back on a fresh port (its old one may be taken by then).
@@ -122,19 +50,6 @@ async function startProxy(backend) {
   return proxy;
 }
 
-// `batchMax` 1 gives every order a lock of its own (one queue node per buyer, the queue and
-// demo lessons); left out, the server's default batches.
-async function createProduct(base, stock, guard, batchMax) {
-  const batch = batchMax === undefined ? {} : { batch_max: batchMax };
-  const res = await fetch(`${base}/api/products`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ADMIN}` },
-    body: JSON.stringify({ name: `e2e ${guard} ${batchMax ?? ''}`.trim(), price_cents: 999, stock, guard, ...batch }),
-  });
-  assert.equal(res.status, 201);
-  return (await res.json()).id;
-}
-
 // A page in a fresh context (its own localStorage, so no remembered language), in the given
 // browser locale: en-US unless a test says otherwise, so the English assertions stay stable.
 async function openPage(base, viewport = { width: 1280, height: 900 }, locale = 'en-US') {
@@ -161,15 +76,12 @@ let b;
 before(async () => {
   mkdirSync(shots, { recursive: true });
   [a, b] = await Promise.all([startServer('e2e-a'), startServer('e2e-b')]);
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-sync'],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
-  for (const child of servers) child.kill('SIGTERM');
+  stopServers();
 });
 
 // The queue must be seen live, and a fast sale can be over before the page draws it (CI
@@ -184,25 +96,12 @@ async function stepMode(base, product, action) {
   assert.equal(res.status, 202, `step ${action}: ${await res.text()}`);
 }
 
-// `count` buyers named `{prefix}-{i}` order one unit each, all at once, without the page.
-function buyAll(base, product, count, prefix) {
-  return Promise.all(
-    Array.from({ length: count }, (_, i) =>
-      fetch(`${base}/orders`, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ product_id: product, user_id: `${prefix}-${i}` }),
-      }),
-    ),
-  );
-}
-
 test('the page loads, lists products live and buys one', async () => {
   const id = await createProduct(a, 5, 'zk', 64);
   const page = await openPage(a);
   await page.locator(`.product[data-product="${id}"]`).waitFor();
   await page.selectOption('#buy-product', String(id));
-  await page.fill('#buy-user', 'e2e-alice');
+  await signInPage(page, 'e2e-alice');
   await page.click('#buy button[type=submit]');
   await page.locator('#buy-result [data-status="paid"]').waitFor({ timeout: 10_000 });
   assert.match(await page.textContent('#buy-result'), /fencing token \d+/);
@@ -493,11 +392,7 @@ for (const [name, viewport] of [['wide', { width: 1280, height: 900 }], ['phone'
     const card = page.locator(`.product[data-product="${id}"] [data-k="stock"]`);
     await card.waitFor();
     // The first product update, from the event stream.
-    const bought = await fetch(`${a}/orders`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ product_id: id, user_id: 'cls-buyer' }),
-    });
+    const bought = await buyAs(a, await signIn(a, 'cls-buyer'), id);
     assert.equal(bought.status, 201);
     await page.locator(`.product[data-product="${id}"] [data-k="stock"]`, { hasText: '4' }).waitFor({ timeout: 10_000 });
     // Two frames: whatever that update laid out has been reported.
@@ -518,7 +413,7 @@ test('money on the page: an order shows its payment; a lost answer is seen pendi
   const page = await openPage(base);
   await page.locator(`.product[data-product="${id}"]`).waitFor();
   await page.selectOption('#buy-product', String(id));
-  await page.fill('#buy-user', 'e2e-payer');
+  await signInPage(page, 'e2e-payer');
   await page.click('#buy button[type=submit]');
   await page.locator('#buy-payment[data-settled-by="answer"] [data-outcome="succeeded"]').waitFor({ timeout: 10_000 });
   assert.match(await page.textContent('#buy-payment'), /Payment seckill-[0-9a-f-]{36}: succeeded — settled by the provider's answer/);
@@ -618,11 +513,7 @@ async function survive(page, proxy, zk, later, restart) {
   await setLanguage(page, 'en');
   assert.match(await page.textContent('#live-text'), /live again/i);
   // And carries on: a sale made now shows on its card, from the event stream.
-  const bought = await fetch(`${base}/orders`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ product_id: later, user_id: 'e2e-after-restart' }),
-  });
+  const bought = await buyAs(base, await signIn(base, 'e2e-after-restart'), later);
   assert.equal(bought.status, 201, await bought.text());
   await page.locator(`.product[data-product="${later}"] [data-k="stock"]`, { hasText: /^4$/ }).waitFor({ timeout: 10_000 });
 }
@@ -837,7 +728,7 @@ test('in 中文 no English sentence is left, and in English no Chinese, with eve
 
   // A purchase: its order line, with status, lock wait, fencing token and batch.
   await page.selectOption('#buy-product', String(zk));
-  await page.fill('#buy-user', 'e2e-zh');
+  await signInPage(page, 'e2e-zh');
   await page.click('#buy button[type=submit]');
   await page.locator('#buy-result [data-status="paid"]').waitFor({ timeout: 10_000 });
   assert.match(await page.textContent('#buy-result'), /已支付.*围栏令牌 \d+/);

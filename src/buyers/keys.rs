@@ -18,6 +18,9 @@ use super::Refused;
 /// its keys publishes the new one ahead of use, and withdraws the old one after.
 const REFRESH_EVERY: Duration = Duration::from_secs(300);
 
+/// How often keys never read yet (the issuer down at start-up) are tried again.
+const RETRY_UNREAD: Duration = Duration::from_secs(5);
+
 /// How long one fetch of the JWKS may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -92,6 +95,13 @@ impl Keys {
 
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether a fetch began within `span` (a token's, or the timer's).
+    fn fetched_within(&self, span: Duration) -> bool {
+        self.fetching
+            .try_lock()
+            .map_or(true, |last| last.is_some_and(|at| at.elapsed() < span))
     }
 
     pub fn loaded(&self) -> bool {
@@ -180,10 +190,21 @@ impl Keys {
     }
 }
 
+/// Reads the keys again every [`REFRESH_EVERY`]; until they have been read once, every
+/// [`RETRY_UNREAD`]: an instance that is not ready gets no traffic, so no token would ask.
 async fn refresh_on_timer(keys: Weak<Keys>) {
+    let mut wait = RETRY_UNREAD;
     loop {
-        tokio::time::sleep(REFRESH_EVERY).await;
+        tokio::time::sleep(wait).await;
         let Some(keys) = keys.upgrade() else { return };
+        wait = if keys.loaded() {
+            REFRESH_EVERY
+        } else {
+            RETRY_UNREAD
+        };
+        if wait == REFRESH_EVERY && keys.fetched_within(REFRESH_EVERY / 2) {
+            continue;
+        }
         if let Err(why) = keys.refresh().await {
             tracing::warn!(%why, "could not read the issuer's keys; keeping the ones read before");
         }

@@ -1,8 +1,17 @@
 // One step of loadtest/bench: an open-model load (orders arrive at RATE per second whatever
-// the answers) for DURATION, spread round-robin over the instances and the hot products,
-// every order from a new buyer. The products are made by loadtest/bench, with stock to spare.
+// the answers) for DURATION, spread round-robin over the instances and the hot products. The
+// products are made by loadtest/bench, with stock to spare and a per-buyer limit to match.
 //
 //   BASE_URLS=http://127.0.0.1:8091,… PRODUCTS=3,4 RATE=800 DURATION=5s k6 run loadtest/bench.js
+//
+// Who buys (loadtest/buyers.js), round-robin over a pool:
+//   TOKENS_FILE   the buyers' tokens, one JWT a line (the bench signs its pool in before its
+//                 steps: loadtest/fleet.py), each order with the next one's, its body no user_id
+//   otherwise     setup() asks the servers: in demo mode it signs min(RATE × DURATION, BUYERS)
+//                 buyers in itself (those sign-ins are setup's, not the step's orders); in open
+//                 mode the body names the buyer: BUYER_PREFIX0 … BUYER_PREFIX(BUYERS-1) with
+//                 BUYERS given, else a new buyer per order
+//   BUYERS (2000 for the sign-ins), BUYER_PREFIX (bench-RUN-)
 //
 // Its JSON summary (RESULTS) carries the counts loadtest/bench reads: orders_paid, the
 // refusals the service said to retry (orders_retry), the rest, and the latency of POST /orders.
@@ -10,15 +19,22 @@ import http from 'k6/http';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
 import { answer } from './answers.js';
+import { fileTokens, orderHeaders, signIn, withoutTokens } from './buyers.js';
 
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
 const PRODUCTS = (__ENV.PRODUCTS || '1').split(',').map((p) => parseInt(p, 10));
 const RATE = parseInt(__ENV.RATE || '100', 10);
 const DURATION = __ENV.DURATION || '5s';
 const RUN = __ENV.RUN || `${Date.now()}`;
+// How many buyers: the sign-in's pool (at most this many), or the body's names in open mode.
+const BUYERS = parseInt(__ENV.BUYERS || '0', 10);
+const PREFIX = __ENV.BUYER_PREFIX || `bench-${RUN}-`;
+// The buyers' tokens from a file, read once (init context) and shared by every VU.
+const FILE_TOKENS = fileTokens(__ENV.TOKENS_FILE);
 
 // 201 paid; 429 and 503 are the refusals an overloaded step is meant to show. Anything else
-// (a 500, a timeout, a refused connection) counts in http_req_failed.
+// (a 500, a timeout, a refused connection, a token refused 401) counts in http_req_failed.
+// (setup()'s own requests say what they expect themselves: loadtest/buyers.js.)
 http.setResponseCallback(http.expectedStatuses(201, 429, 503));
 
 const ordersPaid = new Counter('orders_paid');
@@ -44,6 +60,8 @@ export const options = {
   },
   summaryTrendStats: ['avg', 'med', 'p(90)', 'p(99)', 'max'],
   discardResponseBodies: false,
+  // Signing up to BUYERS buyers in (without TOKENS_FILE) comes first.
+  setupTimeout: '180s',
   // The steps go past saturation on purpose, so the bounds are the service's own: no answer
   // as slow as its request timeout (15 s, then 503), and under 1 % of answers unexpected.
   // loadtest/bench reads the figures whatever k6's exit; a crossed bound is logged.
@@ -53,15 +71,28 @@ export const options = {
   },
 };
 
-export default function () {
+export function setup() {
+  const orders = RATE * parseInt(DURATION, 10);
+  const pool = Math.min(orders, BUYERS || 2000);
+  const names = Array.from({ length: FILE_TOKENS ? 0 : pool }, (_, i) => `${PREFIX}${i}`);
+  const { mode, tokens } = signIn(BASE_URLS[0], names, FILE_TOKENS);
+  return { buyer_auth: mode, tokens };
+}
+
+export default function (data) {
   const i = exec.scenario.iterationInTest;
   const base = BASE_URLS[i % BASE_URLS.length];
   const product = PRODUCTS[Math.floor(i / BASE_URLS.length) % PRODUCTS.length];
-  const res = http.post(
-    `${base}/orders`,
-    JSON.stringify({ product_id: product, user_id: `bench-${RUN}-${i}` }),
-    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'POST /orders' }, timeout: '60s' },
-  );
+  // The next buyer of the pool: its token, or its name in the body (open mode).
+  const tokens = FILE_TOKENS || data.tokens;
+  const token = tokens ? tokens[i % tokens.length] : null;
+  const order = { product_id: product };
+  if (!token) order.user_id = `${PREFIX}${BUYERS ? i % BUYERS : i}`;
+  const res = http.post(`${base}/orders`, JSON.stringify(order), {
+    headers: orderHeaders(token),
+    tags: { name: 'POST /orders' },
+    timeout: '60s',
+  });
   if (res.status === 201) {
     ordersPaid.add(1);
     paidDuration.add(res.timings.duration);
@@ -75,5 +106,6 @@ export default function () {
 }
 
 export function handleSummary(data) {
+  data.setup_data = withoutTokens(data.setup_data);
   return __ENV.RESULTS ? { [__ENV.RESULTS]: JSON.stringify(data) } : {};
 }

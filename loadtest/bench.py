@@ -47,7 +47,8 @@ def saturate(inst: Instances, label: str, guard: str, batch: int, hot: int, seco
     steps, rate = [], FIRST_RATE
     while rate <= MAX_RATE:
         before = zxid(os.environ["SECKILL_ZK"])
-        step = k6_step(inst.urls, products, rate, seconds, f"{run_id}-{len(steps)}")
+        step = k6_step(inst.urls, products, rate, seconds, f"{run_id}-{len(steps)}",
+                       buyers=inst.load_env())
         step["zk_writes"] = zxid(os.environ["SECKILL_ZK"]) - before
         steps.append(step)
         log(f"{label:22} ×{len(inst.urls)} hot {hot:2}: offered {rate:5}/s → paid "
@@ -115,7 +116,8 @@ def main() -> None:
                 rate = max(int(base["saturation"] * 0.7), 50)
                 for label, guard, batch in GUARDS:
                     products = [inst.product(guard, batch)]
-                    step = k6_step(inst.urls, products, rate, seconds, f"{run_id}-70-{guard}-{batch}")
+                    step = k6_step(inst.urls, products, rate, seconds,
+                                   f"{run_id}-70-{guard}-{batch}", buyers=inst.load_env())
                     step["label"] = label
                     at_70.append(step)
                     log(f"{label:22} at {rate}/s: p99 {step['p99_ms'] or 0:.0f} ms")

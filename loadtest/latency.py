@@ -88,10 +88,11 @@ def run(label: str, guard: str, batch: int, rate: int, seconds: int,
     inst = Instances(3, tag, base_port=8391, rust_log=RUST_LOG, logs="latency-server")
     try:
         product = inst.product(guard, batch)
-        k6_step(inst.urls, [product], rate, 5, f"{tag}-warm")
+        buyers = inst.load_env()
+        k6_step(inst.urls, [product], rate, 5, f"{tag}-warm", buyers=buyers)
         for i in range(3):  # only the measured step's lines
             (RESULTS / f"latency-server-{i}.log").write_text("")
-        step = k6_step(inst.urls, [product], rate, seconds, tag)
+        step = k6_step(inst.urls, [product], rate, seconds, tag, buyers=buyers)
         audit = inst.audit(product)
     finally:
         inst.stop()
@@ -173,7 +174,8 @@ def main() -> None:
     if rate is None:
         inst = Instances(3, f"lat{run_id}", base_port=8391, logs="latency-server")
         try:
-            step = k6_step(inst.urls, [inst.product("pg-atomic", 1)], 200, 5, f"lat{run_id}-sat")
+            step = k6_step(inst.urls, [inst.product("pg-atomic", 1)], 200, 5, f"lat{run_id}-sat",
+                           buyers=inst.load_env())
         finally:
             inst.stop()
         saturation = step["paid_per_s"]

@@ -1,13 +1,44 @@
--- wrk script for loadtest/saturate: a closed loop of POST /orders, each from a new buyer,
--- spread over the hot products; counts the answers by status so the bench can match 201s
--- against the units sold. With GET=/path, a closed loop of GETs of that path instead (the
--- bench's floor: what any request costs), its 200s counted as `created`.
+-- wrk script for loadtest/saturate: a closed loop of POST /orders spread over the hot
+-- products; counts the answers by status so the bench can match 201s against the units sold.
+-- With GET=/path, a closed loop of GETs of that path instead (the bench's floor: what any
+-- request costs), its 200s counted as `created`.
 --
---   PRODUCTS=3,4 RUN=tag wrk -t1 -c100 -d10s -s loadtest/orders.lua http://127.0.0.1:8091
+-- Who buys (loadtest/fleet.py's `load_env` sets it):
+--   TOKENS_FILE=path  the buyers sign in: a file of their tokens, one JWT a line (fetched
+--                     before wrk starts: wrk's Lua cannot make requests of its own before the
+--                     loop); each order carries `Authorization: Bearer` of the next one,
+--                     round-robin, its body no user_id (the buyer is the token's sub)
+--   BUYERS=N          no sign-in (a server in `open` mode): N buyers named in the body,
+--                     BUYER_PREFIX0 … BUYER_PREFIX(N-1), round-robin
+--   neither           no sign-in, every order a new buyer (w-RUN-thread-n)
+--   SHARE=0.33        where in the pool this wrk starts (a fraction of it: one wrk per
+--                     instance, each at its own point)
+--
+--   PRODUCTS=3,4 RUN=tag TOKENS_FILE=tokens wrk -t1 -c100 -d10s -s loadtest/orders.lua http://127.0.0.1:8091
 local products, run = {}, os.getenv("RUN") or tostring(os.time())
 for id in string.gmatch(os.getenv("PRODUCTS") or "1", "[^,]+") do
   products[#products + 1] = id
 end
+
+local tokens = {}
+local tokens_file = os.getenv("TOKENS_FILE")
+if tokens_file and tokens_file ~= "" then
+  local file = assert(io.open(tokens_file, "r"), "cannot read TOKENS_FILE " .. tokens_file)
+  for line in file:lines() do
+    local token = line:match("^%s*(%S+)%s*$")
+    if token then
+      -- The header's value, made once: a pool of thousands rebuilt per request would cost
+      -- the generator a string and its garbage each time.
+      tokens[#tokens + 1] = "Bearer " .. token
+    end
+  end
+  file:close()
+  assert(#tokens > 0, "no token in TOKENS_FILE " .. tokens_file)
+end
+local buyers = tonumber(os.getenv("BUYERS") or "") or 0
+local prefix = os.getenv("BUYER_PREFIX") or ("w-" .. run .. "-")
+local pool = #tokens > 0 and #tokens or buyers
+local offset = pool > 0 and math.floor((tonumber(os.getenv("SHARE") or "0") or 0) * pool) or 0
 
 local threads, counter = {}, 0
 function setup(thread)
@@ -27,7 +58,16 @@ function request()
   end
   n = n + 1
   local product = products[(n % #products) + 1]
-  local body = '{"product_id":' .. product .. ',"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"' .. pay .. '}'
+  local who
+  if #tokens > 0 then
+    headers["Authorization"] = tokens[((offset + n) % pool) + 1]
+    who = ""
+  elseif buyers > 0 then
+    who = ',"user_id":"' .. prefix .. ((offset + n) % buyers) .. '"'
+  else
+    who = ',"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"'
+  end
+  local body = '{"product_id":' .. product .. who .. pay .. '}'
   return wrk.format("POST", "/orders", headers, body)
 end
 

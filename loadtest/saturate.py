@@ -14,6 +14,12 @@ ZooKeeper's zxid (writes), the instances' peak RSS, and audits every product (0 
 consistent, every 201 a unit sold), and each instance's lock cycles (its /metrics), so
 orders per cycle.
 
+Every fleet's buyers sign in (`--buyer-auth demo`): a pool of buyers, signed in before the
+rows, each order carrying the next one's token (loadtest/fleet.py). `--auth-compare` runs each
+row a second time, side by side, on a fleet of the same build whose buyers do not
+(`--buyer-auth open`: the same number of buyers, named in the body): what signing in costs
+per paid order, the service's CPU above all (issue 47: at most 10 % more).
+
 After the rows, the floor, on every fleet: `GET /healthz` in the same loop, then a flood of
 orders for a sold-out product (refusals), the service's CPU per request split between user and
 kernel time. The report ends with the floors and bounds that follow
@@ -33,7 +39,7 @@ import time
 from pathlib import Path
 
 from . import RESULTS
-from .fleet import BASE_PORT, SECKILL, Instances, log
+from .fleet import BASE_PORT, BUYERS, SECKILL, Instances, log
 from .saturation import report
 from .saturation.cpu import Parts
 from .saturation.profile import profile
@@ -74,22 +80,37 @@ def main() -> None:
                         "with --rows); 0: no lapse row")
     parser.add_argument("--open", action="store_true", help="with --rows: the open-model "
                         "row too (k6 at 5x row 1's rate; row 1 must be among the rows)")
-    parser.add_argument("--swap", action="store_true", help="with --baseline: the other build "
-                        "goes first on every row (a second run with it evens out the order)")
+    parser.add_argument("--swap", action="store_true", help="with --baseline or "
+                        "--auth-compare: the other fleet goes first on every row (a second "
+                        "run with it evens out the order)")
+    parser.add_argument("--auth-compare", action="store_true", help="each row runs twice, "
+                        "side by side: buyers with tokens (--buyer-auth demo) and this build "
+                        "again without (--buyer-auth open, the body's user_id), for the cost of "
+                        "signing in per paid order")
+    parser.add_argument("--buyers", type=int, default=BUYERS, help="the pool of buyers each "
+                        f"fleet's orders come from, round-robin (default {BUYERS})")
+    parser.add_argument("--new-buyers", action="store_true", help="each row's measured run "
+                        "from a new pool of buyers, never seen by the instances (signed in "
+                        "after its warm-up): with --buyers above the row's orders, every token "
+                        "is verified the first time")
     args = parser.parse_args()
-    if args.swap and not args.baseline:
-        parser.error("--swap orders two builds: give --baseline")
+    if args.swap and not (args.baseline or args.auth_compare):
+        parser.error("--swap orders two fleets: give --baseline or --auth-compare")
     seconds = 2 if args.quick else args.seconds
     run_id = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
     RESULTS.mkdir(parents=True, exist_ok=True)
-    builds = [("this", SECKILL, BASE_PORT)]
+    # (name, binary, first port, how its buyers are known)
+    builds = [("this", SECKILL, BASE_PORT, "demo")]
     if args.baseline:
-        builds.append(("baseline", Path(args.baseline), BASE_PORT + 10))
+        builds.append(("baseline", Path(args.baseline), BASE_PORT + 10, "demo"))
+    if args.auth_compare:
+        builds.append(("open", SECKILL, BASE_PORT + 20, "open"))
     fleets = {}
     rows = []
     try:
-        for name, binary, port in builds:
-            fleets[name] = Instances(3, f"sat{run_id}{name[0]}", binary, port)
+        for name, binary, port, auth in builds:
+            fleets[name] = Instances(3, f"sat{run_id}{name[0]}", binary, port, buyer_auth=auth,
+                                     buyers=args.buyers)
         warm = warm_up(fleets["this"], run_id, most=10 if args.quick else 240)
         if args.warm_only:
             return
@@ -101,10 +122,10 @@ def main() -> None:
                 continue
             # Which build goes first alternates: neither always meets a colder ZooKeeper.
             # A row's place is fixed by its index, so `--swap` runs the other order.
-            for name, _, _ in (builds if (i % 2 == 0) != args.swap else builds[::-1]):
+            for name, *_ in (builds if (i % 2 == 0) != args.swap else builds[::-1]):
                 inst = fleets[name]
                 result = row(inst, Parts(inst, args.provider_pid), label, guard, batch, hot,
-                             conns, seconds, f"{run_id}-{i}{name[0]}")
+                             conns, seconds, f"{run_id}-{i}{name[0]}", args.new_buyers)
                 result["build"] = name
                 rows.append(result)
                 log(row_line(result, len(rows), total))
@@ -134,7 +155,10 @@ def main() -> None:
     results = {"run": run_id, "quick": args.quick, "seconds": seconds, "rows": rows,
                "lapse": lapses,
                "peak_rss_mib": rss, "floor": floors, "profile": prof, "baseline": args.baseline,
-               "swap": args.swap, "warm_up_jit_ms": warm,
+               "swap": args.swap, "warm_up_jit_ms": warm, "auth_compare": args.auth_compare,
+               "buyers": {name: {"auth": inst.auth, "pool": inst.buyers,
+                                 "new_each_row": args.new_buyers}
+                          for name, inst in fleets.items()},
                "machine": {"cores": os.cpu_count()}}
     name = args.out or ("saturation-partial" if args.rows else "saturation")
     (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
@@ -142,7 +166,7 @@ def main() -> None:
     (RESULTS / f"{name}.md").write_text(report.markdown(results, chart=f"{name}.svg"))
     print(report.markdown(results))
     if not all(r["exact"] for r in rows) or not all(x["exact"] for x in lapses.values()):
-        raise SystemExit("a saturation row was not exact: see loadtest/results/saturation.md")
+        raise SystemExit(f"a saturation row was not exact: see {RESULTS / name}.md")
 
 
 if __name__ == "__main__":

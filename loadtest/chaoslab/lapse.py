@@ -12,7 +12,7 @@ import math
 import statistics
 
 from ..common.wait import WaitTimeout, wait_for_async
-from .buyers import Sale, reserve_at_once, should_retry
+from .buyers import Sale, lapse_user, reserve_at_once, should_retry
 from .cluster import Cluster
 
 # A lapsed reservation is expired, its units back on sale, this long after its deadline.
@@ -70,7 +70,10 @@ async def run(sale: Sale, cluster: Cluster, product_id: int, n: int, seed: int) 
     """The phase: `n` reservations at once (for `MAKING_S` at most), their deadlines moved
     to one instant, then PostgreSQL polled every `POLL_S` until every one is returned or the
     bound has passed. Everything goes into the history. Returns the task still making the
-    reservations not made in time (done, normally)."""
+    reservations not made in time (done, normally). Its users sign in first, `IN_FLIGHT` at
+    a time: the burst is of reservations, not of sign-ins, and its figures are timed from its
+    start (the `lapse` mark) after them."""
+    await sale.sign_in_all("lapse", (lapse_user(i) for i in range(n)), IN_FLIGHT)
     sale.history.note("lapse", product=product_id, n=n, bound_s=BOUND_S, in_flight=IN_FLIGHT)
     making = asyncio.create_task(reserve_at_once(sale, product_id, n, seed, IN_FLIGHT))
     await asyncio.wait({making}, timeout=MAKING_S)

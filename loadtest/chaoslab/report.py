@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..common import svg as draw
+from .buyers import SESSION, is_order
 
 
 KINDS = [("2xx", "#2e7d32"), ("409", "#f9a825"), ("4xx", "#8d6e63"), ("429", "#6a1b9a"),
@@ -26,8 +27,8 @@ def kind_of(e: dict[str, Any]) -> str:
 
 def buying(e: dict) -> bool:
     """Whether a history event is a buyer's request (not the lapse's burst, which its own
-    section reports)."""
-    return "op" in e and e["op"] != "lapse"
+    section reports, nor a sign-in: no order)."""
+    return is_order(e) and e["op"] != "lapse"
 
 
 def stalls(history: list[dict[str, Any]], timeline: list[dict[str, Any]], sale_end: float,
@@ -136,7 +137,8 @@ def rerun(meta: dict[str, Any]) -> str:
 def markdown(meta: dict[str, Any], verdicts: list[dict[str, Any]], facts: dict[str, Any],
              stall_rows: list[dict[str, Any]], history: list[dict[str, Any]],
              svg_name: str) -> tuple[str, bool, float, dict[str, float]]:
-    answers = [e for e in history if "op" in e]
+    answers = [e for e in history if is_order(e)]
+    sign_ins = [e for e in history if e.get("op") == SESSION]
     by_kind = Counter(kind_of(e) for e in answers)
     total = len(answers)
     share_503 = by_kind.get("503", 0) / total if total else 0.0
@@ -174,6 +176,14 @@ def markdown(meta: dict[str, Any], verdicts: list[dict[str, Any]], facts: dict[s
         f"`told_failed_not_charged`).",
         "",
     ]
+    if sign_ins:
+        signed = Counter(kind_of(e) for e in sign_ins)
+        lines[-1:-1] = [
+            "", f"Every buyer signed in first ({len({e['req']['name'] for e in sign_ins}):,} user ids, "
+            f"a token each from the instances' demo issuer): {len(sign_ins):,} sign-ins "
+            f"(POST /api/session, not counted above), "
+            + ", ".join(f"{n:,} {kind}" for kind, n in sorted(signed.items()))
+            + "; each checked as every answer is (`answers`)."]
     lines += nemeses_section(stall_rows, history)
     if facts.get("lapse"):
         from .lapse import summary
@@ -263,7 +273,7 @@ def main() -> None:
         return
     rows = stalls(history, timeline, end)
     alone, worst = worst_alone(rows)
-    answers = [e for e in history if "op" in e]
+    answers = [e for e in history if is_order(e)]
     kinds = Counter(kind_of(e) for e in answers)
     print(json.dumps({"seed": seed, "answers": len(answers), "kinds": kinds,
                       "share_503": round(kinds.get("503", 0) / len(answers), 4),

@@ -1,11 +1,14 @@
 """A small JSON client over HTTP (urllib, a timeout on every call), what an answer says of
-sending its request again, and an instance's /metrics read into samples."""
+sending its request again, a buyer's sign-in (the demo issuer's tokens), and an instance's
+/metrics read into samples."""
 
+import concurrent.futures
 import json
 import re
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any
@@ -94,6 +97,49 @@ def http_json(method: str, url: str, body: Any = None, token: str | None = None,
     if not answer.ok:
         raise HttpError(method, url, answer)
     return answer.json()
+
+
+def buyer_auth(base_url: str, timeout: float = 30.0) -> str | None:
+    """How the instance at `base_url` knows its buyers (GET /api/session): `demo` (it issues
+    tokens itself), `jwks` (a real issuer's), `open` (the body's user_id, no token), or None
+    for a build from before buyers signed in (no such route: 404)."""
+    answer = request("GET", f"{base_url}/api/session", timeout=timeout)
+    if answer.status == 404:
+        return None
+    if not answer.ok:
+        raise HttpError("GET", f"{base_url}/api/session", answer)
+    return answer.json()["buyer_auth"]
+
+
+def sign_in(base_url: str, name: str, timeout: float = 30.0, tries: int = 5,
+            sleep: Callable[[float], object] = time.sleep) -> dict[str, Any]:
+    """The demo issuer's session for buyer `name` (POST /api/session): its JSON, `token`
+    and `expires_in` among it. Sent again, at most `tries` times in all, when the answer says
+    so (`retryable`, after its Retry-After, at most 2 s) or none came (OSError); anything else
+    is HttpError (a server in `jwks` or `open` mode answers 403 `no_demo_issuer`)."""
+    url = f"{base_url}/api/session"
+    for attempt in range(1, tries + 1):
+        try:
+            answer = request("POST", url, {"name": name}, timeout=timeout)
+        except OSError:
+            if attempt == tries:
+                raise
+            sleep(0.5)
+            continue
+        if answer.status == 201:
+            return answer.json()
+        if not answer.retryable or attempt == tries:
+            raise HttpError("POST", url, answer)
+        sleep(min(answer.retry_after or 0.5, 2.0))
+    raise AssertionError("unreachable")
+
+
+def sign_in_many(base_url: str, names: Iterable[str], workers: int = 8,
+                 timeout: float = 30.0) -> list[str]:
+    """A token from the demo issuer for each of `names`, in their order (`workers` sign-ins
+    at a time)."""
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return [s["token"] for s in pool.map(lambda n: sign_in(base_url, n, timeout), names)]
 
 
 @dataclass(frozen=True)

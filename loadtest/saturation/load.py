@@ -13,11 +13,15 @@ from ..fleet import PG_PORT
 
 
 def wrk(urls: list[str], products: list[int], connections: int, seconds: int, tag: str,
-        get: str | None = None, pay: bool = True) -> dict[str, Any]:
+        get: str | None = None, pay: bool = True,
+        buyers: dict[str, str] | None = None) -> dict[str, Any]:
     """One wrk per instance, side by side; returns their summed counts and worst latencies.
     With `get`, a closed loop of GETs of that path instead of orders (its 200s count as
-    `created`); with `pay=False`, reservations without payment."""
-    env = {**os.environ, "PRODUCTS": ",".join(map(str, products))}
+    `created`); with `pay=False`, reservations without payment. `buyers`: the fleet's
+    `load_env()`, whose orders these are (its pool's tokens, TOKENS_FILE, or how many buyers
+    the body names, BUYERS); each wrk starts at another point of the pool (SHARE: that
+    fraction of it in), so the instances do not take the same buyer's orders in step."""
+    env = {**os.environ, "PRODUCTS": ",".join(map(str, products)), **(buyers or {})}
     if get:
         env["GET"] = get
     if not pay:
@@ -27,8 +31,8 @@ def wrk(urls: list[str], products: list[int], connections: int, seconds: int, ta
         procs.append(subprocess.Popen(
             ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s",
              "-s", os.environ.get("LUA", str(ROOT / "loadtest" / "orders.lua")), url],
-            env={**env, "RUN": f"{tag}-{i}"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
+            env={**env, "RUN": f"{tag}-{i}", "SHARE": f"{i / len(urls):.4f}"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     runs = []
     for p in procs:
         out, err = p.communicate(timeout=seconds + 120)

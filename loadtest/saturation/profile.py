@@ -19,14 +19,15 @@ def profile(inst: Instances, seconds: int, run_id: str, hot: int,
     db = inst.db
     fleet_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db)
     products = [inst.product("zk", 256) for _ in range(hot)]
-    wrk(inst.urls, products, 100, 1, f"{run_id}-warm")
+    buyers = inst.load_env()
+    wrk(inst.urls, products, 100, 1, f"{run_id}-warm", buyers=buyers)
     fleet_sql("SELECT pg_stat_statements_reset()", db)
     data = RESULTS / "profile.perf.data"
     perf = subprocess.Popen(
         ["perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "--call-graph", "dwarf,16384",
          "-p", str(inst.procs[0].pid), "-o", str(data), "--", "sleep", str(seconds)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-profile-{hot}")
+    counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-profile-{hot}", buyers=buyers)
     perf.wait(timeout=120)
     paid = max(counts["created"], 1)
     rows = fleet_sql(

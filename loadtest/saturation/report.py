@@ -41,13 +41,71 @@ def accepted(x: dict[str, Any]) -> str:
     return fmt(p99, 1)
 
 
+def buyers_said(r: dict[str, Any]) -> str:
+    """Who the rows' orders come from, in words: a report from before buyers signed in has no
+    `buyers` (every order a new buyer, named in the body)."""
+    fleets = r.get("buyers")
+    if not fleets:
+        return "every order a new buyer"
+    this = fleets.get("this") or next(iter(fleets.values()))
+    how = lambda auth: ("signed in: `--buyer-auth demo`, an order carries its buyer's token, "
+                        "fetched before the rows" if auth == "demo" else
+                        "`--buyer-auth open`, the buyer named in the body" if auth else
+                        "a build from before sign-in, the buyer named in the body")
+    said = [how(this["auth"])]
+    said += [f"{name}: {how(f['auth'])}" for name, f in fleets.items() if name != "this"]
+    new = (", a new pool for each row's measured run (signed in after its warm-up: buyers and "
+           "tokens the instances had never seen)" if this.get("new_each_row") else "")
+    return (f"every order from one of {fmt(this['pool'])} buyers, round-robin{new} "
+            f"({'; '.join(said)})")
+
+
+def auth_compare(r: dict[str, Any]) -> list[str]:
+    """The rows run with tokens (this fleet, `--buyer-auth demo`) against without (the `open`
+    fleet: the same build, the buyer named in the body), row by row: the rate, and the CPU per
+    paid order of the service (the bound of issue 47: at most 10 % more with tokens) and of
+    the service, PostgreSQL and ZooKeeper together."""
+    this = [x for x in r["rows"] if x["build"] == "this"]
+    other = {(x["label"], x["hot"]): x for x in r["rows"] if x["build"] == "open"}
+    pairs = [(a, other[(a["label"], a["hot"])]) for a in this if (a["label"], a["hot"]) in other]
+    if not pairs:
+        return []
+    out = ["", "## Signed in against not (issue 47)", "",
+           "Each row ran twice, side by side on fleets of their own: **this** build with "
+           "`--buyer-auth demo` (every order with its buyer's token) and the same build with "
+           "`--buyer-auth open` (**open**: no token, the buyer named in the body), as many "
+           "buyers on each, the one to go first alternating row by row"
+           + (", the other way round from a run without `--swap`." if r.get("swap") else ".")
+           + " The bound: with tokens, at most 10 % more service CPU per paid order.", "",
+           "| row | paid orders/s, tokens / open | service CPU µs / paid, tokens | open | "
+           "× | service + PostgreSQL + ZooKeeper, tokens | open | × | within 10 % |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for a, b in pairs:
+        ca, cb = a["cpu_us_per_paid"], b["cpu_us_per_paid"]
+        service = ca["service"] / max(cb["service"], 1e-9)
+        sale = ours(ca) / max(ours(cb), 1e-9)
+        out.append(f"| {a['label']}, {a['hot']} hot | {fmt(a['paid_per_s'])} / "
+                   f"{fmt(b['paid_per_s'])} ({a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}×) | "
+                   f"{fmt(ca['service'], 1)} | {fmt(cb['service'], 1)} | **{service:.2f}×** | "
+                   f"{fmt(ours(ca), 1)} | {fmt(ours(cb), 1)} | {sale:.2f}× | "
+                   f"{'yes' if service <= 1.10 else '**no**'} |")
+    floors = r.get("floor") or {}
+    refusal = {b: floors[b]["refusal"] for b in ("this", "open") if "refusal" in floors.get(b, {})}
+    if len(refusal) == 2:
+        cost = {b: x["user_us"] + x["system_us"] for b, x in refusal.items()}
+        out += ["", f"A refusal (an order for a sold-out product, the floors below): "
+                f"{fmt(cost['this'], 1)} µs of service CPU with a token against "
+                f"{fmt(cost['open'], 1)} without ({cost['this'] / max(cost['open'], 1e-9):.2f}×)."]
+    return out
+
+
 def markdown(r: dict[str, Any], chart: str | None = None) -> str:
     """saturation.md: the rows, the lapse, the floors and bounds, the profiles."""
     builds = sorted({x["build"] for x in r["rows"]}, key=lambda b: b != "this")
     out = [f"# seckill saturation ({r['run']}{', quick: not for figures' if r['quick'] else ''})",
            "", f"{r['machine']['cores']} cores; 3 instances, PostgreSQL, ZooKeeper, the payment "
            f"provider and wrk on one machine; a closed loop of keep-alive connections "
-           f"(`loadtest/orders.lua`), {r['seconds']} s per row, every order a new buyer, paid "
+           f"(`loadtest/orders.lua`), {r['seconds']} s per row, {buyers_said(r)}, paid "
            "through the provider. CPU from /proc, per paid order; PostgreSQL's backends for the "
            "provider's ledger are counted apart (a real gateway's database is not ours)."]
     if r.get("warm_up_jit_ms"):
@@ -123,15 +181,17 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
                        + (f", {fmt(per_refusal, 1)} µs of service CPU each (beyond the paid "
                           "orders' own)" if per_refusal is not None else "")
                        + f"; p99 of the accepted orders {accepted(over)} ms")
-    if len(builds) == 2:
+    if "baseline" in builds:
         out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
                 "order of the service, PostgreSQL and ZooKeeper):", ""]
         this = [x for x in r["rows"] if x["build"] == "this"]
         base = {(x["label"], x["hot"]): x for x in r["rows"] if x["build"] == "baseline"}
-        for a, b in ((a, base[(a["label"], a["hot"])]) for a in this):
+        for a, b in ((a, base[(a["label"], a["hot"])]) for a in this
+                     if (a["label"], a["hot"]) in base):
             out.append(f"- {a['label']}, {a['hot']} hot: {a['paid_per_s'] / max(b['paid_per_s'], 1):.2f}× "
                        f"the rate, {ours(a['cpu_us_per_paid']) / max(ours(b['cpu_us_per_paid']), 1):.2f}× "
                        "the CPU per paid order")
+    out += auth_compare(r)
     out += bounds(r)
     for prof in r.get("profile") or []:
         hot = prof["hot"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..common.web import http_json
 from ..common.zk import zxid
-from ..fleet import STOCK, Instances, k6_step, log, row_done
+from ..fleet import PER_USER_LIMIT, STOCK, Instances, k6_step, log, row_done
 from .cpu import TICK, Parts, jit_ticks, spent_us, user_sys_ticks, zookeeper_pids
 from .load import accepted_buckets, accepted_p99_ms, fleet_sql, lock_cycles, wrk
 
@@ -35,7 +35,8 @@ def warm_up(inst: Instances, run_id: str, chunk: int = 5,
     started = time.monotonic()
     while time.monotonic() - started < most:
         before = jit_ticks(zookeeper)
-        wrk(inst.urls, products, 30, chunk, f"{run_id}-jit{len(seen)}")
+        wrk(inst.urls, products, 30, chunk, f"{run_id}-jit{len(seen)}",
+            buyers=inst.load_env())
         seen.append((jit_ticks(zookeeper) - before) / TICK * 1000)
         # Two quiet runs in a row: the compiler works in waves (a quiet run, then 1 s of
         # compiling in the next was seen).
@@ -47,17 +48,24 @@ def warm_up(inst: Instances, run_id: str, chunk: int = 5,
 
 
 def row(inst: Instances, parts: Parts, label: str, guard: str, batch: int, hot: int,
-        connections: int, seconds: int, run_id: str) -> dict[str, Any]:
+        connections: int, seconds: int, run_id: str, new_buyers: bool = False) -> dict[str, Any]:
+    """One row; with `new_buyers`, its measured run's orders come from a pool of buyers the
+    instances have never seen (signed in after the warm-up: no token of theirs verified yet)."""
     products = [inst.product(guard, batch) for _ in range(hot)]
+    # The fleet's buyers (their tokens renewed now if need be: not while the row runs).
+    buyers = inst.load_env()
     # A short warm-up: pools filled, lock nodes' parents made, caches loaded.
-    warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm")
+    warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm", buyers=buyers)
+    if new_buyers:
+        inst.new_pool()
+        buyers = inst.load_env()
     zk_before = zxid(os.environ["SECKILL_ZK"])
     cycles_before = lock_cycles(inst.urls)
     zookeeper = zookeeper_pids()
     jit_before = jit_ticks(zookeeper)
     accepted_before = accepted_buckets(inst.urls)
     before = parts.snapshot()
-    counts = wrk(inst.urls, products, connections, seconds, run_id)
+    counts = wrk(inst.urls, products, connections, seconds, run_id, buyers=buyers)
     after = parts.snapshot()
     accepted_p99 = accepted_p99_ms(accepted_before, accepted_buckets(inst.urls))
     # Part of ZooKeeper's CPU, if its JIT compiler was still at work (see `warm_up`).
@@ -101,11 +109,12 @@ def open_row(inst: Instances, parts: Parts, rate: int, seconds: int,
     sold was answered 201. Its CPU is the generator's, like wrk's in the other rows (k6
     spends many times wrk's per request)."""
     products = [inst.product("zk", 256)]
-    wrk(inst.urls, products, 100, 1, f"{run_id}-warm")
+    buyers = inst.load_env()
+    wrk(inst.urls, products, 100, 1, f"{run_id}-warm", buyers=buyers)
     warm_sold = inst.audit(products[0])["sold"]
     zk_before = zxid(os.environ["SECKILL_ZK"])
     before = parts.snapshot()
-    step = k6_step(inst.urls, products, rate, seconds, run_id)
+    step = k6_step(inst.urls, products, rate, seconds, run_id, buyers=buyers)
     after = parts.snapshot()
     zk_writes = zxid(os.environ["SECKILL_ZK"]) - zk_before
     audit = inst.audit(products[0])
@@ -159,17 +168,20 @@ def lapse(inst: Instances, seconds: int, run_id: str, ttl: int = 5,
     `expired` row) against its deadline (`expires_at`), so the rate of returns and their lag
     need no polling precision. Both products audited."""
     body = {"name": "bench lapse", "price_cents": 100, "stock": STOCK, "guard": "zk",
-            "batch_max": 256, "reservation_ttl_s": ttl}
+            "batch_max": 256, "reservation_ttl_s": ttl, "per_user_limit": PER_USER_LIMIT}
     lapsing = http_json("POST", f"{inst.urls[0]}/api/products", body, inst.token)["id"]
     selling = inst.product("zk", 256)
-    made = wrk(inst.urls, [lapsing], 100, seconds, f"{run_id}-reserve", pay=False)
+    buyers = inst.load_env()
+    made = wrk(inst.urls, [lapsing], 100, seconds, f"{run_id}-reserve", pay=False,
+               buyers=buyers)
     left = lambda: int(fleet_sql(f"SELECT count(*) FROM orders WHERE product_id = {lapsing} "
                                  "AND status = 'reserved'", db=inst.db).strip())
     # The sale goes on until the last deadline plus the bound, at most; the returns are
     # watched meanwhile (a poll of the count, bounded in time), then read from the rows.
     sale_s = ttl + bound + 2
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        sale = pool.submit(wrk, inst.urls, [selling], 100, sale_s, f"{run_id}-sale")
+        sale = pool.submit(wrk, inst.urls, [selling], 100, sale_s, f"{run_id}-sale",
+                           buyers=buyers)
         deadline = time.monotonic() + sale_s + 30
         while left() and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -217,12 +229,14 @@ def floor(inst: Instances, seconds: int, run_id: str) -> dict[str, dict[str, flo
     gone = http_json("POST", f"{inst.urls[0]}/api/products",
                      {"name": "sold out", "price_cents": 100, "stock": 1, "guard": "zk"},
                      inst.token)["id"]
-    http_json("POST", f"{inst.urls[0]}/orders", {"product_id": gone, "user_id": "first"})
+    inst.order({"product_id": gone})
+    buyers = inst.load_env()
     out = {}
     for name, get, products in (("healthz", "/healthz", []), ("refusal", None, [gone])):
         gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         before = user_sys_ticks(pids)
-        counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-{name}", get=get)
+        counts = wrk(inst.urls, products, 100, seconds, f"{run_id}-{name}", get=get,
+                     buyers=buyers)
         after = user_sys_ticks(pids)
         gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         n = max(counts["created"] if get else counts["other"], 1)

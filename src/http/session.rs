@@ -23,7 +23,11 @@ pub fn router() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 pub(super) struct SignIn {
     /// 1 to 64 characters, not only white space, no control characters: the buyer's id.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     name: String,
 }
 

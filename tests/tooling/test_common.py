@@ -18,6 +18,7 @@ from unittest import mock
 from loadtest.common import cli, pg, svg, web, zk
 from loadtest.common.text import fmt
 from loadtest.common.wait import WaitTimeout, wait_for, wait_for_async
+from tests.tooling.fake_seckill import FakeSeckill, token_of
 
 
 class Figures(unittest.TestCase):
@@ -271,6 +272,55 @@ class WrapperCommands(unittest.TestCase):
     def test_the_succeeded_charges_are_counted(self):
         self.assertEqual(self.main("succeeded-charges", self.url, SECKILL_PAYMENT_API_KEY="key"),
                          "2\n")
+
+
+class SigningIn(unittest.TestCase):
+    """A buyer's sign-in at the demo issuer (web.sign_in), many at once, and the wrappers'
+    `tokens` command, against a server of the test's own (tests/tooling/fake_seckill.py)."""
+
+    def test_a_sign_in_is_sent_again_while_the_answer_says_so(self):
+        waits = []
+        with FakeSeckill("demo", busy=2) as fake:
+            session = web.sign_in(fake.url, "alice", sleep=waits.append)
+        self.assertEqual(session["token"], token_of("alice"))
+        self.assertEqual(len(fake.sign_ins), 3)
+        self.assertEqual(waits, [0.5, 0.5])  # Retry-After 0: the least wait, 0.5 s
+
+    def test_a_server_that_issues_no_tokens_refuses_for_good(self):
+        with FakeSeckill("open") as fake:
+            with self.assertRaises(web.HttpError) as caught:
+                web.sign_in(fake.url, "alice", sleep=lambda _: None)
+        self.assertEqual(caught.exception.answer.status, 403)
+        self.assertEqual(len(fake.sign_ins), 1)
+
+    def test_too_many_retryable_answers_give_up(self):
+        with FakeSeckill("demo", busy=9) as fake:
+            with self.assertRaises(web.HttpError):
+                web.sign_in(fake.url, "alice", tries=3, sleep=lambda _: None)
+        self.assertEqual(len(fake.sign_ins), 3)
+
+    def test_many_tokens_come_in_the_names_order(self):
+        names = [f"b{i}" for i in range(40)]
+        with FakeSeckill("demo") as fake:
+            self.assertEqual(web.sign_in_many(fake.url, names, workers=8),
+                             [token_of(n) for n in names])
+
+    def test_the_mode_is_the_servers_and_an_older_build_has_none(self):
+        for mode in ("demo", "open"):
+            with FakeSeckill(mode) as fake:
+                self.assertEqual(web.buyer_auth(fake.url), mode)
+        with FakeSeckill("none") as fake:
+            self.assertIsNone(web.buyer_auth(fake.url))
+
+    def test_the_tokens_command_prints_one_a_line(self):
+        out = io.StringIO()
+        with FakeSeckill("demo") as fake, contextlib.redirect_stdout(out):
+            cli.main(["tokens", fake.url, "winner", "--prefix", "late-", "--count", "3"])
+        self.assertEqual(out.getvalue().splitlines(),
+                         [token_of(n) for n in ("winner", "late-0", "late-1", "late-2")])
+        with FakeSeckill("open") as fake, self.assertRaises(SystemExit) as caught:
+            cli.main(["tokens", fake.url, "alice"])
+        self.assertIn("403", str(caught.exception.code))
 
 
 class Psql(unittest.TestCase):

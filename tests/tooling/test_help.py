@@ -58,7 +58,8 @@ class Help(unittest.TestCase):
 
     def test_scripts_demo_prints_its_usage_and_starts_nothing(self):
         self.assert_usage("demo", ["--help", "SECKILL_LISTEN", "SECKILL_STOCK_THINK_MS",
-                                   "SECKILL_PAYMENT_CONCURRENCY", "SECKILL_PAYMENT_API_KEY"])
+                                   "SECKILL_PAYMENT_CONCURRENCY", "SECKILL_PAYMENT_API_KEY",
+                                   "SECKILL_BUYER_AUTH"])
 
     def test_an_unknown_option_is_an_error_with_the_usage(self):
         for script, option in (("test", "--fastest"), ("demo", "--fast")):

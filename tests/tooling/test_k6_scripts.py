@@ -2,20 +2,29 @@
 says which statuses are normal answers (http.setResponseCallback(http.expectedStatuses(...)))
 so that http_req_failed counts only the others, with a threshold on it. The sales count a
 refusal as one to retry because the answer says so (`retryable`), not by its status, and
-read it in one place: loadtest/answers.js, a module both import. Where k6 (or node) is
-installed, the scripts load (`k6 inspect`) and the module is run on a few answers."""
+read it in one place: loadtest/answers.js, a module both import. Their buyers sign in
+(loadtest/buyers.js, a module both import): setup() gets the tokens, or TOKENS_FILE holds
+them, and each order carries its buyer's. Where k6 (or node) is installed, the scripts load
+(`k6 inspect`), the module is run on a few answers, and each sale runs for a moment against a
+server of the test's own (tests/tooling/fake_seckill.py)."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 import unittest
 from pathlib import Path
 
+from tests.tooling.fake_seckill import FakeSeckill
+
 ROOT = Path(__file__).resolve().parents[2]
+# The scripts k6 runs (their `options`); the modules they import are not.
 SCRIPTS = {p.name: p.read_text() for p in sorted((ROOT / "loadtest").glob("*.js"))
-           if "k6/http" in p.read_text()}
+           if "k6/http" in p.read_text() and "export const options" in p.read_text()}
 ANSWERS = ROOT / "loadtest" / "answers.js"
+BUYERS = ROOT / "loadtest" / "buyers.js"
 SALES = ("seckill.js", "bench.js")
 # The answers each script must take as normal: refusals are part of a sale.
 EXPECTED = {"seckill.js": {201, 409, 429, 503}, "bench.js": {201, 429, 503}, "views.js": {200}}
@@ -102,6 +111,29 @@ class K6Scripts(unittest.TestCase):
                 with self.subTest(script=name, module=module):
                     self.assertTrue((ROOT / "loadtest" / module).is_file())
 
+    def test_the_sales_sign_their_buyers_in(self):
+        for name in SALES:
+            with self.subTest(script=name):
+                text = SCRIPTS[name]
+                self.assertRegex(text, r"import\s*\{[^}]*\bsignIn\b[^}]*\}\s*from\s*'\./buyers\.js'")
+                self.assertRegex(text, r"fileTokens\(__ENV\.TOKENS_FILE\)")
+                setup = text[text.index("export function setup"):]
+                self.assertIn("signIn(", setup[:setup.index("\n}\n")])
+                self.assertIn("headers: orderHeaders(token)", text)
+                # With a token the body names no buyer: the token's sub is the buyer.
+                self.assertRegex(text, r"if \(!token\) order\.user_id = ")
+                # The tokens are counted in the summary, not written out.
+                self.assertIn("withoutTokens(data.setup_data)", text)
+
+    def test_sign_ins_are_not_orders_and_their_retries_are_the_answers(self):
+        text = BUYERS.read_text()
+        self.assertIn("name: 'POST /api/session'", text)
+        self.assertNotIn("name: 'POST /orders'", text)
+        self.assertRegex(text, r"import\s*\{\s*answer\s*\}\s*from\s*'\./answers\.js'")
+        self.assertNotIn("JSON.parse", text)
+        self.assertIsNone(re.search(r"status\s*===?\s*(429|503)", text))
+        self.assertIn("Authorization = `Bearer ${token}`", text)
+
     @unittest.skipUnless(shutil.which("k6"), "k6 is not installed")
     def test_k6_loads_the_sales(self):
         for name in SALES:
@@ -110,6 +142,16 @@ class K6Scripts(unittest.TestCase):
                                       capture_output=True, text=True, timeout=60)
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 self.assertIn("scenarios", json.loads(proc.stdout))
+
+    @unittest.skipUnless(shutil.which("k6"), "k6 is not installed")
+    def test_a_missing_tokens_file_stops_the_sale_before_it_starts(self):
+        for name in SALES:
+            with self.subTest(script=name):
+                proc = subprocess.run(["k6", "inspect", "-e", "TOKENS_FILE=/nonexistent/tokens",
+                                       str(ROOT / "loadtest" / name)],
+                                      capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(proc.returncode, 0)
+                self.assertIn("/nonexistent/tokens", proc.stdout + proc.stderr)
 
     @unittest.skipUnless(shutil.which("node"), "node is not installed")
     def test_answers_reads_retryable_and_retry_after(self):
@@ -137,6 +179,96 @@ class K6Scripts(unittest.TestCase):
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(json.loads(proc.stdout), {k: v[2] for k, v in cases.items()})
+
+
+def k6_run(script, env):
+    """Runs loadtest/`script` under k6 with `env` (as -e flags, nothing from this process's
+    environment): (exit code, its JSON summary or None, stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        results = os.path.join(tmp, "summary.json")
+        flags = [f"-e{k}={v}" for k, v in {**env, "RESULTS": results}.items()]
+        proc = subprocess.run(["k6", "run", "--quiet", "--no-color", "--include-system-env-vars=false",
+                               *flags, str(ROOT / "loadtest" / script)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp)
+        summary = json.loads(Path(results).read_text()) if os.path.exists(results) else None
+    return proc.returncode, summary, proc.stderr
+
+
+@unittest.skipUnless(shutil.which("k6"), "k6 is not installed")
+class SalesAgainstAServer(unittest.TestCase):
+    """Each sale for a moment against a server of the test's own: who signs in, what each
+    order carries, what the summary keeps."""
+
+    def test_a_burst_signs_one_buyer_in_per_vu(self):
+        with FakeSeckill("demo", busy=2) as fake:
+            code, summary, err = k6_run("seckill.js", {
+                "BASE_URLS": fake.url, "ADMIN_TOKEN": "admin-token-for-tests", "VUS": "6",
+                "SCENARIO": "burst", "STOCK": "100"})
+        self.assertEqual(code, 0, err)
+        # The two sign-ins answered 503 (retryable) were sent again: 6 buyers, 8 sign-ins.
+        self.assertEqual(len(fake.sign_ins), 8)
+        names = {s["name"] for s in fake.sign_ins}
+        self.assertEqual(len(names), 6)
+        auths = [r["auth"] for r in fake.requests]
+        self.assertEqual(sorted(auths), sorted(f"Bearer tok.{n}" for n in names))
+        self.assertTrue(all("user_id" not in r["body"] for r in fake.requests))
+        self.assertEqual(fake.products[0]["per_user_limit"], 1)
+        m = summary["metrics"]
+        self.assertEqual(m["orders_paid"]["values"]["count"], 6)
+        # Setup's sign-ins are requests, not orders: the order latency counts 6.
+        self.assertEqual(summary["setup_data"]["buyers"], 6)
+        self.assertNotIn("tokens", summary["setup_data"])
+        self.assertEqual(summary["setup_data"]["buyer_auth"], "demo")
+
+    def test_an_open_server_gets_a_new_buyer_per_order_in_the_body(self):
+        with FakeSeckill("open") as fake:
+            code, summary, err = k6_run("seckill.js", {
+                "BASE_URLS": fake.url, "ADMIN_TOKEN": "admin-token-for-tests", "VUS": "4",
+                "SCENARIO": "burst"})
+        self.assertEqual(code, 0, err)
+        self.assertEqual(fake.sign_ins, [])
+        self.assertTrue(all(r["auth"] is None for r in fake.requests))
+        self.assertEqual(len({r["body"]["user_id"] for r in fake.requests}), 4)
+        self.assertNotIn("per_user_limit", fake.products[0])
+        self.assertEqual(summary["setup_data"]["buyer_auth"], "open")
+
+    def test_a_rate_scenario_shares_a_bounded_pool_round_robin(self):
+        with FakeSeckill("demo") as fake:
+            code, _, err = k6_run("seckill.js", {
+                "BASE_URLS": fake.url, "ADMIN_TOKEN": "admin-token-for-tests",
+                "SCENARIO": "rate", "RATE": "20", "DURATION": "1s", "BUYERS": "5"})
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.sign_ins), 5)
+        self.assertEqual(len({r["auth"] for r in fake.requests}), 5)
+        # 20 orders among 5 buyers: 4 each, one more for an arrival too many.
+        self.assertEqual(fake.products[0]["per_user_limit"], 5)
+
+    def test_the_bench_reads_its_tokens_from_a_file(self):
+        with FakeSeckill("demo") as fake, tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp, "tokens")
+            tokens.write_text("tok.a\n\ntok.b\ntok.c\n")
+            code, summary, err = k6_run("bench.js", {
+                "BASE_URLS": fake.url, "PRODUCTS": "7", "RATE": "12", "DURATION": "1s",
+                "TOKENS_FILE": str(tokens)})
+        self.assertEqual(code, 0, err)
+        self.assertEqual(fake.sign_ins, [])  # the file's tokens: no sign-in
+        auths = [r["auth"] for r in fake.requests]
+        # RATE × DURATION arrivals, give or take the one at the step's last instant.
+        self.assertIn(len(auths), (12, 13))
+        counts = {a: auths.count(a) for a in set(auths)}
+        self.assertEqual(set(counts), {"Bearer tok.a", "Bearer tok.b", "Bearer tok.c"})
+        self.assertLessEqual(max(counts.values()) - min(counts.values()), 1)  # round-robin
+        self.assertTrue(all(r["body"] == {"product_id": 7} for r in fake.requests))
+        self.assertEqual(summary["metrics"]["orders_paid"]["values"]["count"], len(auths))
+
+    def test_the_bench_names_a_pool_of_buyers_on_an_open_server(self):
+        with FakeSeckill("open") as fake:
+            code, _, err = k6_run("bench.js", {
+                "BASE_URLS": fake.url, "PRODUCTS": "7", "RATE": "10", "DURATION": "1s",
+                "BUYERS": "3", "BUYER_PREFIX": "p-"})
+        self.assertEqual(code, 0, err)
+        self.assertEqual({r["body"]["user_id"] for r in fake.requests}, {"p-0", "p-1", "p-2"})
+        self.assertTrue(all(r["auth"] is None for r in fake.requests))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The tooling is one package run as modules from the root (`python3 -m loadtest.bench`):
 no script edits the import path, no wrapper (loadtest/run, loadtest/lighthouse/run, …) holds
 Python of its own (a heredoc or `python3 -c`), every module a wrapper runs exists, and each
-Python entry point answers --help (argparse's, before anything starts)."""
+Python entry point answers --help (argparse's, before anything starts). Every script that
+starts a seckill server says how it knows its buyers (`--buyer-auth`: the server refuses to
+start without)."""
 
 import importlib.util
 import os
@@ -75,6 +77,18 @@ class Layout(unittest.TestCase):
         for wrapper, module in sorted(run):
             with self.subTest(wrapper=wrapper, module=module):
                 self.assertIsNotNone(importlib.util.find_spec(module))
+
+    def test_every_server_started_knows_its_buyers(self):
+        # A seckill started with its flags: the admin token's (bash, Python) or the demo's.
+        starts = re.compile(r'--admin-token "\$|"--admin-token",|release/seckill --')
+        starters = [p for p in SOURCES if starts.search(p.read_text())]
+        self.assertLessEqual({"loadtest/run", "loadtest/views", "loadtest/flood",
+                              "loadtest/lighthouse/run", "loadtest/fleet.py",
+                              "loadtest/chaoslab/cluster.py", "scripts/test", "scripts/demo"},
+                             {name(p) for p in starters})
+        for path in starters:
+            with self.subTest(path=name(path)):
+                self.assertIn("--buyer-auth", path.read_text())
 
     def test_the_entry_points_answer_help(self):
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

@@ -120,8 +120,8 @@ class Instances:
                  # address: the per-client cap must not refuse what the bench offers.
                  "--zk-auth", f"seckill:{self.token}",
                  "--max-connections-per-client", "8192", "--max-connections", "16384",
-                 # Every instance of the fleet shares the admin token, so the demo issuer's
-                 # key: each accepts the tokens any of them issued.
+                 # Every instance of the fleet shares the database, so the demo issuer's key
+                 # (kept there): each accepts the tokens any of them issued.
                  *mode],
                 stdout=subprocess.DEVNULL, stderr=open(RESULTS / f"{logs}-{i}.log", "w"),
                 # The level a deployment runs at (the default): what it costs to log is part

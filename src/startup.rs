@@ -52,11 +52,8 @@ impl Application {
                 >= config.request_timeout() + orders::ANSWER_MARGIN * 2,
             "--shutdown-grace-ms must be at least --request-timeout-ms plus 2 s: an order in flight at shutdown must be able to finish"
         );
-        // The deployment's secret: it keys the flags' seal and the demo tokens' key, so every
-        // instance seals and issues alike. The admin token, else ZooKeeper's credentials.
-        let secret = config.admin_token.as_deref().or(config.zk_auth.as_deref());
         // First: a server without a mode stops before it connects to anything.
-        let buyers = Buyers::start(&config.buyers, secret).await?;
+        config.buyers.mode()?;
         // Installed before anything is counted.
         crate::telemetry::metrics::handle();
         let db = database::connect(
@@ -70,6 +67,7 @@ impl Application {
             .run(&db)
             .await
             .context("running database migrations")?;
+        let buyers = Buyers::start(&config.buyers, &db).await?;
         if config.seed_demo {
             inventory::seed_demo(&db, config.allow_unsafe_guards, config.batch_max)
                 .await
@@ -95,6 +93,8 @@ impl Application {
         .await?;
         // Before serving: whether our ensemble may guard the stock (or another, alive, does).
         let (standing, standing_task) = inventory::keep_standing(db.clone(), zk.clone()).await;
+        // The deployment's secret keys the flags' seal: the admin token, else ZooKeeper's.
+        let secret = config.admin_token.as_deref().or(config.zk_auth.as_deref());
         let seal = Seal::new(secret);
         let sold_out = Flags::start(zk.clone(), &config.zk_root, "soldout", seal.clone()).await?;
         let demo = Flags::start(zk.clone(), &config.zk_root, "demo", seal).await?;

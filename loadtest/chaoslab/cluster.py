@@ -147,8 +147,8 @@ class Instance:
 
 def buyer_auth(instance_flags: list[str]) -> tuple[str, list[str]]:
     """How the instances know their buyers, and the flags that say so: `demo` (the buyers sign
-    in at the instances' own issuer, whose key every instance derives from the one admin
-    token, so each accepts the others' tokens), unless an `--instance-flag=--buyer-auth=MODE`
+    in at the instances' own issuer, whose key every instance reads from the one database,
+    so each accepts the others' tokens), unless an `--instance-flag=--buyer-auth=MODE`
     says otherwise (then it alone says it: the flag is not given twice)."""
     for i, flag in enumerate(instance_flags):
         name, eq, value = flag.partition("=")

@@ -1,6 +1,6 @@
-//! The `demo` mode's issuer: short-lived tokens signed with an Ed25519 key every instance of
-//! a deployment derives alike from its secret, so a token one instance issued is accepted by
-//! all of them, with no key to distribute. Its public half is published as a JWKS
+//! The `demo` mode's issuer: short-lived tokens signed with an Ed25519 key whose 32 random
+//! bytes every instance of a deployment reads from its database (the first to need them makes
+//! them), so a token one instance issued is accepted by all of them. Its public half is published as a JWKS
 //! (`/.well-known/jwks.json`) and verified by the same code as a real issuer's tokens.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,6 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use sha2::Digest;
+use sqlx::PgPool;
 
 use super::Buyer;
 
@@ -45,11 +46,28 @@ pub struct Issued {
 }
 
 impl Issuer {
-    pub fn new(secret: Option<&str>, ttl: Duration) -> Issuer {
-        let mut hash = sha2::Sha256::new();
-        hash.update(b"seckill demo buyers v1\0");
-        hash.update(secret.unwrap_or_default().as_bytes());
-        let seed: [u8; 32] = hash.finalize().into();
+    /// The deployment's issuer: its key from the database, made now if it is the first.
+    pub async fn load(db: &PgPool, ttl: Duration) -> anyhow::Result<Issuer> {
+        let mut fresh = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
+            .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+        // The first instance's bytes win; every other reads them.
+        sqlx::query!(
+            "INSERT INTO demo_issuer (seed) VALUES ($1) ON CONFLICT (only_one) DO NOTHING",
+            &fresh[..]
+        )
+        .execute(db)
+        .await?;
+        let seed = sqlx::query_scalar!("SELECT seed FROM demo_issuer")
+            .fetch_one(db)
+            .await?;
+        let seed: [u8; 32] = seed
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("demo_issuer.seed is not 32 bytes"))?;
+        Ok(Issuer::new(seed, ttl))
+    }
+
+    fn new(seed: [u8; 32], ttl: Duration) -> Issuer {
         let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed)
             .expect("any 32 bytes seed an Ed25519 key");
         let public = ring::signature::KeyPair::public_key(&pair)

@@ -77,6 +77,8 @@ impl Keys {
     pub fn remote(url: &str, min_refresh: Duration) -> anyhow::Result<Arc<Keys>> {
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
+            // The keys are the URL's own: a redirect elsewhere is no JWKS of the issuer's.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| anyhow::anyhow!("building the JWKS client: {e}"))?;
         let keys = Arc::new(Keys {
@@ -160,17 +162,18 @@ impl Keys {
         let Some(remote) = &self.remote else {
             return Ok(());
         };
-        let response = remote.client.get(&remote.url).send().await?;
+        let mut response = remote.client.get(&remote.url).send().await?;
         if !response.status().is_success() {
             anyhow::bail!("{} answered {}", remote.url, response.status());
         }
-        if response
-            .content_length()
-            .is_some_and(|len| len > MAX_JWKS_BYTES as u64)
-        {
-            anyhow::bail!("{}'s JWKS is over {MAX_JWKS_BYTES} bytes", remote.url);
+        // Read a chunk at a time: a body without a length must not grow without bound.
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                anyhow::bail!("{}'s JWKS is over {MAX_JWKS_BYTES} bytes", remote.url);
+            }
+            body.extend_from_slice(&chunk);
         }
-        let body = response.bytes().await?;
         let jwks: serde_json::Value = serde_json::from_slice(&body)?;
         let source = jwks["keys"].to_string();
         if self.current().loaded && self.current().source == source {
@@ -295,4 +298,36 @@ fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
         other => named == other,
     };
     fits.then_some(named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_signing_keys_of_known_kinds_are_kept_each_with_its_one_algorithm() {
+        let ed = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "kid": "ed",
+            "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"});
+        let jwks = serde_json::json!({"keys": [
+            ed,
+            // A symmetric key published by mistake: with it anyone could sign.
+            {"kty": "oct", "kid": "oct", "k": "c2VjcmV0"},
+            // An encryption key, and a key naming an algorithm of another kind.
+            {"kty": "OKP", "crv": "Ed25519", "kid": "enc", "use": "enc",
+             "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},
+            {"kty": "OKP", "crv": "Ed25519", "kid": "mixed", "alg": "RS256",
+             "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},
+            {"kty": "weird", "kid": "weird"},
+        ]});
+        let set = KeySet::parse(&jwks, 7).unwrap();
+        let mut kids: Vec<_> = set.by_kid.keys().cloned().collect();
+        kids.sort();
+        assert_eq!(kids, ["ed"]);
+        let key = set.find(Some("ed")).unwrap();
+        assert_eq!((key.algorithm, key.generation), (Algorithm::EdDSA, 7));
+        // A token naming no key is taken only when the set has exactly one.
+        assert!(set.find(None).is_some());
+        assert!(set.find(Some("oct")).is_none());
+        assert!(KeySet::parse(&serde_json::json!({"no": "keys"}), 1).is_none());
+    }
 }

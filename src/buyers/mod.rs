@@ -17,7 +17,9 @@ mod keys;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use jsonwebtoken::Validation;
+use sqlx::PgPool;
 
 pub use demo::Issued;
 
@@ -71,7 +73,8 @@ pub struct Settings {
     #[arg(
         long,
         env = "SECKILL_BUYER_JWKS_MIN_REFRESH_MS",
-        default_value_t = 5000
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(100..)
     )]
     pub buyer_jwks_min_refresh_ms: u64,
 
@@ -79,6 +82,20 @@ pub struct Settings {
     #[arg(long, env = "SECKILL_BUYER_TOKEN_TTL_S", default_value_t = 3600,
         value_parser = clap::value_parser!(u64).range(60..=86_400))]
     pub buyer_token_ttl_s: u64,
+}
+
+impl Settings {
+    /// The mode, which has no default: a server without one stops, naming the three.
+    pub fn mode(&self) -> anyhow::Result<Mode> {
+        self.buyer_auth.ok_or_else(|| {
+            anyhow::anyhow!(
+                "--buyer-auth (SECKILL_BUYER_AUTH) is required: `jwks` (tokens of an OIDC \
+                 issuer, with --buyer-jwks-url), `demo` (tokens this deployment issues at \
+                 POST /api/session) or `open` (the body's user_id, anyone buys as anyone: \
+                 teaching only)"
+            )
+        })
+    }
 }
 
 /// The longest token looked at: real ID and access tokens are 1–2 KiB; anything past this
@@ -127,16 +144,10 @@ struct Inner {
 
 impl Buyers {
     /// Ready to verify: in `jwks` mode the issuer's keys are fetched first (a failure is
-    /// logged and retried when a token needs them, and `/readyz` says so).
-    pub async fn start(settings: &Settings, secret: Option<&str>) -> anyhow::Result<Buyers> {
-        let Some(mode) = settings.buyer_auth else {
-            anyhow::bail!(
-                "--buyer-auth (SECKILL_BUYER_AUTH) is required: `jwks` (tokens of an OIDC \
-                 issuer, with --buyer-jwks-url), `demo` (tokens this deployment issues at \
-                 POST /api/session) or `open` (the body's user_id, anyone buys as anyone: \
-                 teaching only)"
-            );
-        };
+    /// logged and retried, and `/readyz` says so); in `demo` mode the deployment's key is
+    /// read from the database.
+    pub async fn start(settings: &Settings, db: &PgPool) -> anyhow::Result<Buyers> {
+        let mode = settings.mode()?;
         let min_refresh = Duration::from_millis(settings.buyer_jwks_min_refresh_ms);
         let (keys, issuer, issuer_claim, audience) = match mode {
             Mode::Open => {
@@ -147,11 +158,10 @@ impl Buyers {
                 (None, None, None, None)
             }
             Mode::Demo => {
-                if secret.is_none() {
-                    tracing::warn!("--buyer-auth demo without --admin-token or --zk-auth: the demo tokens' key is derived from nothing, so anyone can forge them");
-                }
-                let issuer =
-                    demo::Issuer::new(secret, Duration::from_secs(settings.buyer_token_ttl_s));
+                let ttl = Duration::from_secs(settings.buyer_token_ttl_s);
+                let issuer = demo::Issuer::load(db, ttl)
+                    .await
+                    .context("reading the demo issuer's key")?;
                 let keys = keys::Keys::fixed(&issuer.jwks())?;
                 let (iss, aud) = (
                     Some(demo::ISSUER.to_string()),
@@ -163,6 +173,12 @@ impl Buyers {
                 let Some(url) = settings.buyer_jwks_url.as_deref() else {
                     anyhow::bail!("--buyer-auth jwks needs --buyer-jwks-url (SECKILL_BUYER_JWKS_URL): the issuer's JWKS URL");
                 };
+                if settings.buyer_audience.is_none() || settings.buyer_issuer.is_none() {
+                    tracing::warn!(
+                        "--buyer-auth jwks without --buyer-issuer or --buyer-audience: a token \
+                         the issuer signed for any other application buys here too"
+                    );
+                }
                 let keys = keys::Keys::remote(url, min_refresh)?;
                 if let Err(why) = keys.refresh().await {
                     tracing::error!(%why, url, "the issuer's keys cannot be read: no token can be verified until they can");

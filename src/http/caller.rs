@@ -81,7 +81,12 @@ fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     value
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
+        // The scheme's name is case-insensitive (RFC 9110 § 11.1).
+        .and_then(|v| {
+            v.get(..7)
+                .filter(|s| s.eq_ignore_ascii_case("bearer "))
+                .map(|_| &v[7..])
+        })
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(Some)

@@ -296,7 +296,9 @@ pub async fn of_buyer(
         Order,
         r#"SELECT id AS "id!", product_id AS "product_id!", user_id AS "user_id!", quantity AS "quantity!", amount_cents AS "amount_cents!", status AS "status!: OrderStatus", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS "created_at!", updated_at AS "updated_at!"
            FROM orders
-           WHERE user_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::uuid))
+           WHERE user_id = $1
+             AND (created_at, id) < (COALESCE($2, 'infinity'::timestamptz),
+                                     COALESCE($3, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
            ORDER BY created_at DESC, id DESC
            LIMIT $4"#,
         buyer,

@@ -115,9 +115,20 @@ async fn a_buyer_lists_their_own_orders_newest_first_a_page_at_a_time() {
             .status,
         StatusCode::CREATED
     );
+    // Three older ones made in the same microsecond: a page's end between them loses none.
+    let mut tied: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO orders (id, product_id, user_id, quantity, amount_cents, status, created_at)
+         SELECT gen_random_uuid(), $1, 'alice', 1, 1999, 'failed', now() - interval '1 hour'
+         FROM generate_series(1, 3) RETURNING id::text",
+    )
+    .bind(product)
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    tied.sort();
     let mut listed = Vec::new();
     let mut path = "/orders?limit=2".to_string();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let page = get(base, &path, &alice).await;
         assert_eq!(page.status, StatusCode::OK, "{page:?}");
         for order in page.body["orders"].as_array().unwrap() {
@@ -130,6 +141,8 @@ async fn a_buyer_lists_their_own_orders_newest_first_a_page_at_a_time() {
         }
     }
     placed.reverse();
+    // Newest first; among equals, by id, highest first.
+    placed.extend(tied.into_iter().rev());
     assert_eq!(listed, placed, "alice's orders, newest first, each once");
     let bad = get(base, "/orders?cursor=nonsense", &alice).await;
     assert_eq!(bad.code(), "invalid_request");

@@ -127,7 +127,13 @@ async fn every_bad_token_is_refused_and_changes_nothing() {
         assert_eq!(reply.code(), "invalid_token", "{what}: {reply:?}");
         assert!(!reply.retryable(), "{what}");
     }
-    for header in ["Basic YWxpY2U6cHc=", "Bearer", "Bearer ", "bearer abc"] {
+    for header in [
+        "Basic YWxpY2U6cHc=",
+        "Bearer",
+        "Bearer ",
+        "bearer abc",
+        "Bearerabc",
+    ] {
         let reply = order_as(&app.base_url, Some(header), product).await;
         assert_eq!(
             reply.status,
@@ -172,11 +178,12 @@ async fn every_bad_token_is_refused_and_changes_nothing() {
     );
     assert_eq!(env.stock(product).await, 5);
 
-    // The same issuer's good tokens buy, with either key, as their `sub`.
-    for (key, buyer) in [(&rsa, "alice"), (&ec, "bob")] {
+    // The same issuer's good tokens buy, with either key, as their `sub` (the scheme's name
+    // in any case).
+    for (key, buyer, scheme) in [(&rsa, "alice", "Bearer"), (&ec, "bob", "bearer")] {
         let reply = order_as(
             &app.base_url,
-            Some(&format!("Bearer {}", key.sign(&claims(buyer)))),
+            Some(&format!("{scheme} {}", key.sign(&claims(buyer)))),
             product,
         )
         .await;
@@ -242,10 +249,14 @@ async fn a_rotated_key_is_taken_after_a_refresh_and_the_withdrawn_one_refused() 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_issuer_that_cannot_be_reached_is_passing_trouble_not_a_bad_token() {
     let env = TestEnv::new().await;
-    // A port nothing listens on: bound, then closed.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/keys", closed.local_addr().unwrap());
-    drop(closed);
+    // An issuer whose keys answer 500, for as long as the test runs.
+    let down = axum::Router::new().route(
+        "/keys",
+        axum::routing::get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/keys", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, down).await });
     let app = env
         .spawn_app(&[
             "--buyer-auth",
@@ -253,7 +264,7 @@ async fn an_issuer_that_cannot_be_reached_is_passing_trouble_not_a_bad_token() {
             "--buyer-jwks-url",
             &url,
             "--buyer-jwks-min-refresh-ms",
-            "0",
+            "100",
         ])
         .await;
     let ready = send(http().get(format!("{}/readyz", app.base_url)))

@@ -98,3 +98,41 @@ async fn a_kept_count_backfilled_while_an_order_changes_ends_right() {
     assert_eq!((sold, counted), (1, 1), "the kept count is the orders'");
     db.close().await;
 }
+
+/// The keys kept before 0015 are moved under their buyer, answered ones too (the 0012 trigger
+/// that keeps a first answer would have skipped them): a retry across the upgrade replays.
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_kept_before_buyers_are_scoped_to_their_buyer_answered_or_not() {
+    let (db, _) = migrated_to(14).await;
+    for (key, user, answered) in [("k-answered", "alice", true), ("k-pending", "bob", false)] {
+        sqlx::query(
+            "INSERT INTO idempotency_keys (key, request, status_code, response)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(key)
+        .bind(serde_json::json!({ "product_id": 1, "user_id": user, "quantity": 1, "pay": true }))
+        .bind(answered.then_some(201_i16))
+        .bind(answered.then_some("{\"status\":\"paid\"}"))
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+    sqlx::migrate!().run(&db).await.expect("the migrations ran");
+    let mut kept: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT key, response FROM idempotency_keys ORDER BY key")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            (
+                "alice\u{1f}k-answered".to_string(),
+                Some("{\"status\":\"paid\"}".to_string())
+            ),
+            ("bob\u{1f}k-pending".to_string(), None),
+        ]
+    );
+    db.close().await;
+}

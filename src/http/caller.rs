@@ -74,7 +74,7 @@ impl FromRequestParts<AppState> for Caller {
 
 /// The bearer token of `Authorization`, if there is one; a header that is not
 /// `Bearer <token>` is refused rather than ignored.
-fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+pub fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };

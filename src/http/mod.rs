@@ -386,15 +386,10 @@ pub fn require_admin(config: &Config, headers: &HeaderMap) -> Result<(), ApiErro
     if config.admin_token.is_none() {
         return Err(ApiError::AdminDisabled);
     }
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(ApiError::Unauthorized)?;
-    if caller::is_admin(config, given) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+    // The same reading of `Authorization` as a buyer's (one rule for the scheme's name).
+    match caller::bearer(headers) {
+        Ok(Some(given)) if caller::is_admin(config, given) => Ok(()),
+        _ => Err(ApiError::Unauthorized),
     }
 }
 

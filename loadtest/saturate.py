@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import RESULTS
+from . import RESULTS, rush
 from .fleet import BASE_PORT, BUYERS, SECKILL, Instances, log
 from .saturation import report
 from .saturation.cpu import Parts
@@ -93,6 +93,10 @@ def main() -> None:
                         "from a new pool of buyers, never seen by the instances (signed in "
                         "after its warm-up): with --buyers above the row's orders, every token "
                         "is verified the first time")
+    parser.add_argument("--rush", action="store_true", help="after everything else, the rush "
+                        "row (loadtest/rush.py: 10,000 units, 30,000 buyers in a line) on this "
+                        "build's fleet, held to row 1; a full run (no --rows, no --quick) runs it "
+                        "anyway; its report: rush.md (NAME-rush.md with --out)")
     args = parser.parse_args()
     if args.swap and not (args.baseline or args.auth_compare):
         parser.error("--swap orders two fleets: give --baseline or --auth-compare")
@@ -149,6 +153,10 @@ def main() -> None:
         hots = args.profile or ("" if args.quick or args.rows else "1,100")
         prof = [profile(fleets["this"], seconds, run_id, int(h), args.out)
                 for h in hots.split(",") if h]
+        # Last: 30,000 buyers' tokens and a line must not count in the rows' memory.
+        if one and (args.rush or not (args.rows or args.quick)):
+            rush.write(rush.run(fleets["this"], one, rush.Crowd(), run_id),
+                       f"{args.out}-rush" if args.out else "rush")
     finally:
         for inst in fleets.values():
             inst.stop()

@@ -88,6 +88,33 @@ pub enum Error {
     /// key); a retry with the same Idempotency-Key answers its final outcome.
     #[error("the order's outcome is not known yet (a backing service did not answer in time); it is being settled: retry with the same Idempotency-Key, or look the order up")]
     OutcomePending { order_id: Option<Uuid> },
+    /// The sale has not opened yet (its window, on this instance's clock).
+    #[error("the sale opens at {}", opens_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))]
+    NotOpen {
+        opens_at: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    },
+    /// The sale's window has closed.
+    #[error("the sale has closed")]
+    Closed,
+    /// An admin paused the sale.
+    #[error("the sale is paused; try again later")]
+    Paused { retry_after: std::time::Duration },
+    /// The product sells through its line, and the order carries no pass.
+    #[error("this sale lets buyers in through its line: join it (POST /api/products/{0}/line) and order with the pass it gives")]
+    NotAdmitted(i64),
+    /// The pass is not one this sale gave this buyer for this product, or it expired.
+    #[error("the pass is not valid: {0}")]
+    InvalidPass(&'static str),
+    /// The pass already bought.
+    #[error("this pass has already bought; a pass buys once")]
+    PassUsed,
+    /// The product has no line.
+    #[error("product {0} has no line: order directly")]
+    NoLine(i64),
+    /// The buyer has not joined the product's line.
+    #[error("you are not in this product's line: join it first")]
+    NotInLine,
     /// PostgreSQL or ZooKeeper is unreachable or too slow.
     #[error("a backing service is unavailable, try again")]
     Unavailable(#[source] anyhow::Error),
@@ -125,6 +152,14 @@ impl Error {
             LockLost { .. } => "lock_lost",
             PaymentBusy { .. } => "payment_busy",
             OutcomePending { .. } => "outcome_pending",
+            NotOpen { .. } => "not_open",
+            Closed => "closed",
+            Paused { .. } => "paused",
+            NotAdmitted(_) => "not_admitted",
+            InvalidPass(_) => "invalid_pass",
+            PassUsed => "pass_used",
+            NoLine(_) => "no_line",
+            NotInLine => "not_in_line",
             Unavailable(_) => "unavailable",
             Internal(_) => "internal",
         }
@@ -197,13 +232,20 @@ impl Error {
                 | Unprocessable(_)
                 | IdempotencyMismatch
                 | IdempotencyInProgress
+                | NotOpen { .. }
+                | Closed
+                | Paused { .. }
+                | NotAdmitted(_)
+                | InvalidPass(_)
+                | PassUsed
         )
     }
 
     /// When a client should ask again, if this answer knows better than "shortly".
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
-            Error::QueueFull { retry_after } => Some(*retry_after),
+            Error::QueueFull { retry_after } | Error::Paused { retry_after } => Some(*retry_after),
+            Error::NotOpen { opens_at, now } => (*opens_at - *now).to_std().ok(),
             _ => None,
         }
     }

@@ -48,6 +48,7 @@ pub mod http;
 pub mod idempotency;
 pub mod integer;
 pub mod inventory;
+pub mod line;
 pub mod lock;
 pub mod orders;
 pub mod payment;

@@ -20,6 +20,7 @@ use crate::flags::{Flags, Seal};
 use crate::http::{self, AppState, Handles};
 use crate::idempotency;
 use crate::inventory::{self, Catalog};
+use crate::line::{self, Line};
 use crate::lock::Zk;
 use crate::orders::{self, Rules, Shop};
 use crate::payment::Provider;
@@ -68,6 +69,7 @@ impl Application {
             .await
             .context("running database migrations")?;
         let buyers = Buyers::start(&config.buyers, &db).await?;
+        let line = Line::start(&db).await.context("reading the line's pass key")?;
         if config.seed_demo {
             inventory::seed_demo(&db, config.allow_unsafe_guards, config.batch_max)
                 .await
@@ -132,6 +134,7 @@ impl Application {
             &teaching,
             Rules::of(&config),
             standing.clone(),
+            line.clone(),
         );
         let state = AppState::new(Handles {
             shop,
@@ -144,6 +147,7 @@ impl Application {
             tasks,
             standing,
             buyers,
+            line,
             views: Arc::new(http::snapshot::Views::new(Duration::from_millis(
                 config.view_refresh_ms,
             ))),
@@ -199,6 +203,7 @@ impl Application {
             state.shop.clone(),
             Duration::from_millis(state.config.expiry_interval_ms),
         ));
+        let pacer = tokio::spawn(line::keep_pace(db.clone()));
         let purger = tokio::spawn(purge_keys(
             db.clone(),
             Duration::from_secs(state.config.idempotency_ttl_s),
@@ -246,7 +251,7 @@ impl Application {
                 "requests or orders still in flight after the grace period; closing anyway"
             ),
         }
-        for background in [sweeper, purger, standing] {
+        for background in [sweeper, purger, pacer, standing] {
             background.abort();
             let _ = background.await;
         }

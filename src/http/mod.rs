@@ -12,6 +12,7 @@ pub mod error;
 mod events;
 mod health;
 mod limit;
+mod line;
 mod metrics;
 mod money;
 pub mod openapi;
@@ -93,6 +94,8 @@ pub struct Handles {
     pub standing: tokio::sync::watch::Receiver<crate::inventory::Standing>,
     /// Who buys: verifies buyers' tokens (and issues them in `demo` mode).
     pub buyers: crate::buyers::Buyers,
+    /// The products' lines (waiting rooms).
+    pub line: crate::line::Line,
     /// The public ZooKeeper views and readiness, read once per refresh for every asker.
     pub views: Arc<snapshot::Views>,
     pub config: Arc<Config>,
@@ -110,6 +113,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(orders::router(&state.config))
         .merge(products::router())
+        .merge(line::router())
         .merge(recipes::router())
         .merge(money::router())
         .merge(health::router())

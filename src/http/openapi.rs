@@ -17,7 +17,9 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{PROBLEMS, PROBLEM_JSON};
 use super::AppState;
-use super::{events, health, metrics, money, orders, problems, products, recipes, session};
+use super::{
+    events, health, line, metrics, money, orders, problems, products, recipes, session,
+};
 use crate::inventory;
 
 #[derive(OpenApi)]
@@ -43,6 +45,11 @@ use crate::inventory;
         products::demo,
         products::step,
         recipes::change_terms,
+        line::join,
+        line::look,
+        line::summary,
+        line::pause,
+        line::resume,
         recipes::terms_lock,
         recipes::terms_lab,
         recipes::semaphore,
@@ -62,6 +69,7 @@ use crate::inventory;
         (name = "orders", description = "Buying, paying a reservation, looking an order up"),
         (name = "buyers", description = "Who buys: signing in (`demo` mode), the session, the demo tokens' keys"),
         (name = "products", description = "Sales, their stock and audit; admin set-up"),
+        (name = "line", description = "A sale's line (waiting room): joining it, a buyer's place and pass"),
         (name = "teaching", description = "The lock queue, live events and demos the page shows"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )

@@ -26,9 +26,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/products/{id}/step", post(step))
 }
 
-fn with_flag(state: &AppState, mut product: Product) -> Product {
-    product.sold_out = state.sold_out.is_raised(&product.id.to_string());
-    product
+/// The product as this instance sees it now: its sold-out flag, its state, its clock.
+fn with_flag(state: &AppState, product: Product) -> Product {
+    let flag = state.sold_out.is_raised(&product.id.to_string());
+    product.seen_at(chrono::Utc::now(), flag)
 }
 
 /// Every product, with its live stock.
@@ -59,6 +60,7 @@ async fn create(
     require_admin(&state.config, &headers)?;
     new.validate(state.config.allow_unsafe_guards)?;
     let product = inventory::create(&state.db, &new, state.config.batch_max).await?;
+    let product = with_flag(&state, product);
     tracing::info!(
         product = product.id,
         guard = product.guard.as_str(),

@@ -54,7 +54,8 @@ async fn change_terms(
     let lock_timeout = state.config.lock_timeout();
     let (db, zk, catalog) = (&state.db, &state.zk, &state.catalog);
     let product = inventory::change_terms(db, zk, catalog, id, &change, lock_timeout).await?;
-    Ok(Json(product))
+    let flag = state.sold_out.is_raised(&id.to_string());
+    Ok(Json(product.seen_at(chrono::Utc::now(), flag)))
 }
 
 /// A lock view with this instance's lab holders of that lock.

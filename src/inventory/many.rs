@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::stock::Figures;
 use super::terms::Current;
+use super::window::Window;
 use crate::commit::Tracked;
 use crate::lock::Token;
 
@@ -73,7 +74,7 @@ async fn read(
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
                 h.users, h.units,
                 p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
-                p.terms_version
+                p.terms_version, p.opens_at, p.closes_at, p.paused
          FROM products p
          -- One index probe per (product, buyer), as in the one-product read.
          CROSS JOIN LATERAL (
@@ -109,6 +110,11 @@ async fn read(
                     per_user_limit: row.per_user_limit,
                     reservation_ttl_s: row.reservation_ttl_s,
                     terms_version: row.terms_version,
+                    window: Window {
+                        opens_at: row.opens_at,
+                        closes_at: row.closes_at,
+                        paused: row.paused,
+                    },
                 },
             },
         })

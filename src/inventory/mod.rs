@@ -12,6 +12,7 @@ mod many;
 mod product;
 mod stock;
 mod terms;
+mod window;
 
 pub use ensembles::{keep_standing, Standing, SILENCE};
 pub use guard::{enter, enter_as, enter_for_sale, Guard, Protection};
@@ -25,3 +26,4 @@ pub use stock::{
     Read, StockRead,
 };
 pub use terms::{change_terms, Catalog, Current, Terms, TermsChange};
+pub use window::{SaleState, Window};

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use chrono::{DateTime, Utc};
+
 use super::guard::Guard;
+use super::window::{SaleState, Window};
 use crate::error::Error;
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -29,6 +32,36 @@ pub struct Product {
     pub terms_version: i32,
     /// Whether the answering instance has the product flagged sold out (see `soldout`).
     pub sold_out: bool,
+    /// When the sale opens (RFC 3339); `null`: on sale since it was created.
+    pub opens_at: Option<DateTime<Utc>>,
+    /// When the sale closes; `null`: it does not.
+    pub closes_at: Option<DateTime<Utc>>,
+    /// An admin paused the sale (`POST .../pause`).
+    pub paused: bool,
+    /// Buyers come in through the product's line (`POST .../line`), each order with its pass.
+    pub line: bool,
+    /// The sale's state at `server_time`.
+    pub state: SaleState,
+    /// The answering instance's clock: count down to `opens_at` on it, not the client's.
+    pub server_time: DateTime<Utc>,
+}
+
+impl Product {
+    /// The product as a buyer sees it at `now`, with this instance's sold-out flag.
+    pub fn seen_at(mut self, now: DateTime<Utc>, sold_out_flag: bool) -> Product {
+        self.sold_out = sold_out_flag;
+        self.server_time = now;
+        self.state = self.window().state(now, sold_out_flag || self.stock == 0);
+        self
+    }
+
+    pub fn window(&self) -> Window {
+        Window {
+            opens_at: self.opens_at,
+            closes_at: self.closes_at,
+            paused: self.paused,
+        }
+    }
 }
 
 /// The admin's request to put a product on sale.
@@ -60,6 +93,15 @@ pub struct NewProduct {
     /// Defaults to `--batch-max`; always 1 for `none`, which exists to show the race.
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub batch_max: Option<i64>,
+    /// When the sale opens (RFC 3339); left out: at once.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub opens_at: Option<DateTime<Utc>>,
+    /// When the sale closes (RFC 3339), after `opens_at`; left out: never.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub closes_at: Option<DateTime<Utc>>,
+    /// Whether buyers come in through a line, each order with the pass it gives. Default:
+    /// on for a sale with an `opens_at`, off otherwise.
+    pub line: Option<bool>,
 }
 
 fn default_guard() -> Guard {
@@ -93,6 +135,7 @@ impl NewProduct {
             return Err(Error::DemoDisabled);
         }
         self.check_fields().map_err(Error::InvalidRequest)?;
+        Window::check(self.opens_at, self.closes_at)?;
         if self.guard == Guard::None && self.batch_max.is_some_and(|batch| batch > 1) {
             return Err(Error::Unprocessable(
                 "guard \"none\" serves one order at a time: batch_max must be 1".into(),
@@ -190,15 +233,20 @@ pub async fn create(
     sqlx::query_as!(
         Product,
         "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
-                                          per_user_limit, reservation_ttl_s, batch_max)
-                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8)
-                    RETURNING *)
+                                          per_user_limit, reservation_ttl_s, batch_max,
+                                          opens_at, closes_at, line)
+                    VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8,
+                            $9, $10, $11)
+                    RETURNING *),
+              l AS (INSERT INTO lines (product_id) SELECT id FROM p WHERE p.line)
          SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
                  p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
                  p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
                  p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
                  p.sold AS \"sold!\",
-                 false AS \"sold_out!\"
+                 false AS \"sold_out!\",
+                 p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
+                 'open' AS \"state!: SaleState\", now() AS \"server_time!\"
          FROM p",
         new.name.trim(),
         new.price_cents,
@@ -207,7 +255,10 @@ pub async fn create(
         new.guard.as_str(),
         new.per_user_limit.map(|m| m as i32),
         new.reservation_ttl_s.map(|t| t as i32),
-        batch
+        batch,
+        new.opens_at,
+        new.closes_at,
+        new.line.unwrap_or(new.opens_at.is_some())
     )
     .fetch_one(db)
     .await
@@ -266,6 +317,20 @@ pub async fn seed_demo(
             .execute(&mut *tx)
             .await?;
         }
+        if allow_unsafe_guards {
+            // The opening second and its line, a minute after the demo starts.
+            sqlx::query!(
+                "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, guard,
+                                                  batch_max, opens_at, line)
+                            VALUES ('Limited drop (line, opens a minute after start)', 1999, 100,
+                                    100, 'zk', $1, now() + interval '60 seconds', true)
+                            RETURNING id)
+                 INSERT INTO lines (product_id) SELECT id FROM p",
+                default_batch
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     tx.commit().await
 }
@@ -287,7 +352,9 @@ pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
                  p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
                  p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
                  p.sold AS \"sold!\",
-                 false AS \"sold_out!\"
+                 false AS \"sold_out!\",
+                 p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
+                 'open' AS \"state!: SaleState\", now() AS \"server_time!\"
          FROM products p WHERE p.id = $1",
         id
     )
@@ -303,7 +370,9 @@ pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
                  p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
                  p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
                  p.sold AS \"sold!\",
-                 false AS \"sold_out!\"
+                 false AS \"sold_out!\",
+                 p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
+                 'open' AS \"state!: SaleState\", now() AS \"server_time!\"
          FROM products p ORDER BY p.id"
     )
     .fetch_all(db)
@@ -334,6 +403,9 @@ mod tests {
             per_user_limit: None,
             reservation_ttl_s: None,
             batch_max: None,
+            opens_at: None,
+            closes_at: None,
+            line: None,
         }
     }
 

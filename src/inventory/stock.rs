@@ -11,6 +11,7 @@ use super::fence::{claim, Claim};
 use super::guard::{enter, Protection};
 use super::product::{Product, MAX_STOCK, MAX_STOCKED_TOTAL};
 use super::terms::Current;
+use super::window::Window;
 use crate::commit::Tracked;
 use crate::error::Error;
 use crate::flags::Flags;
@@ -192,7 +193,7 @@ pub async fn read_stock(
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
                 h.users, h.units,
                 p.price_cents, p.max_per_order, p.per_user_limit, p.reservation_ttl_s,
-                p.terms_version
+                p.terms_version, p.opens_at, p.closes_at, p.paused
          FROM products p
          -- One index probe per buyer (product, user): never a scan of every buyer of the
          -- product, which grows with the sale (a plan that filtered the product's holdings
@@ -220,6 +221,11 @@ pub async fn read_stock(
         per_user_limit: row.per_user_limit,
         reservation_ttl_s: row.reservation_ttl_s,
         terms_version: row.terms_version,
+        window: Window {
+            opens_at: row.opens_at,
+            closes_at: row.closes_at,
+            paused: row.paused,
+        },
     };
     let (stock, stocked_total, unpaid) = (row.stock, row.stocked_total, row.unpaid);
     let (users, units) = (row.users, row.units);

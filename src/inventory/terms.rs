@@ -19,11 +19,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use sqlx::PgPool;
 
 use super::guard::Guard;
 use super::product::{self, within, Product};
+use super::window::Window;
 use crate::error::Error;
 use crate::lock::{Access, Zk};
 
@@ -40,6 +42,9 @@ pub struct Terms {
     pub guard: Guard,
     pub batch_max: i32,
     pub terms_version: i32,
+    pub window: Window,
+    /// Whether buyers come in through the product's line, each order with its pass.
+    pub line: bool,
 }
 
 impl Terms {
@@ -56,6 +61,7 @@ impl Terms {
             per_user_limit: current.per_user_limit,
             reservation_ttl_s: current.reservation_ttl_s,
             terms_version: current.terms_version,
+            window: current.window,
             ..self.clone()
         }
     }
@@ -69,6 +75,7 @@ pub struct Current {
     pub per_user_limit: i32,
     pub reservation_ttl_s: i32,
     pub terms_version: i32,
+    pub window: Window,
 }
 
 /// This instance's copy of every product's [`Terms`], filled on first use and replaced when
@@ -99,15 +106,31 @@ impl Catalog {
     /// before refusing an order on this instance's copy, which may predate a change made
     /// through another instance.
     pub async fn reload(&self, db: &PgPool, id: i64) -> Result<Option<Arc<Terms>>, sqlx::Error> {
-        let terms = sqlx::query_as!(
-            Terms,
+        let terms = sqlx::query!(
             r#"SELECT id, price_cents, max_per_order, per_user_limit, reservation_ttl_s,
-                      guard AS "guard: Guard", batch_max, terms_version
+                      guard AS "guard: Guard", batch_max, terms_version,
+                      opens_at, closes_at, paused, line
                FROM products WHERE id = $1"#,
             id
         )
         .fetch_optional(db)
         .await?;
+        let terms = terms.map(|row| Terms {
+            id: row.id,
+            price_cents: row.price_cents,
+            max_per_order: row.max_per_order,
+            per_user_limit: row.per_user_limit,
+            reservation_ttl_s: row.reservation_ttl_s,
+            guard: row.guard,
+            batch_max: row.batch_max,
+            terms_version: row.terms_version,
+            window: Window {
+                opens_at: row.opens_at,
+                closes_at: row.closes_at,
+                paused: row.paused,
+            },
+            line: row.line,
+        });
         let Some(terms) = terms.map(Arc::new) else {
             return Ok(None); // not cached: the product may be created later
         };
@@ -152,15 +175,40 @@ pub struct TermsChange {
     pub per_user_limit: Option<i64>,
     #[serde(default, deserialize_with = "crate::integer::optional")]
     pub reservation_ttl_s: Option<i64>,
+    /// When the sale opens (RFC 3339); an order before it is refused `not_open`.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub opens_at: Option<DateTime<Utc>>,
+    /// When the sale closes (RFC 3339), after `opens_at`.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub closes_at: Option<DateTime<Utc>>,
+    /// Set by `POST .../pause` and `.../resume`, not by this body.
+    #[serde(skip)]
+    pub paused: Option<bool>,
 }
 
 impl TermsChange {
+    /// The change that pauses (`true`) or resumes (`false`) a sale.
+    pub fn pause(paused: bool) -> TermsChange {
+        TermsChange {
+            price_cents: None,
+            max_per_order: None,
+            per_user_limit: None,
+            reservation_ttl_s: None,
+            opens_at: None,
+            closes_at: None,
+            paused: Some(paused),
+        }
+    }
+
     /// Whether it names no field.
     pub fn is_empty(&self) -> bool {
         self.price_cents.is_none()
             && self.max_per_order.is_none()
             && self.per_user_limit.is_none()
             && self.reservation_ttl_s.is_none()
+            && self.opens_at.is_none()
+            && self.closes_at.is_none()
+            && self.paused.is_none()
     }
 
     /// Each field given within the bounds a new product's has.
@@ -191,6 +239,10 @@ pub async fn change_terms(
     if change.is_empty() {
         return Ok(product);
     }
+    Window::check(
+        change.opens_at.or(product.opens_at),
+        change.closes_at.or(product.closes_at),
+    )?;
     let write = zk
         .lock_terms(id, Access::Write, "terms-change", lock_timeout)
         .await?;
@@ -199,6 +251,8 @@ pub async fn change_terms(
                 max_per_order = COALESCE($3, max_per_order),
                 per_user_limit = COALESCE($4, per_user_limit),
                 reservation_ttl_s = COALESCE($5, reservation_ttl_s),
+                opens_at = COALESCE($6, opens_at), closes_at = COALESCE($7, closes_at),
+                paused = COALESCE($8, paused),
                 terms_version = terms_version + 1, updated_at = now()
          WHERE id = $1
          RETURNING pg_notify('seckill_events', json_build_object('product', id)::text)",
@@ -206,7 +260,10 @@ pub async fn change_terms(
         change.price_cents,
         change.max_per_order.map(|v| v as i32),
         change.per_user_limit.map(|v| v as i32),
-        change.reservation_ttl_s.map(|v| v as i32)
+        change.reservation_ttl_s.map(|v| v as i32),
+        change.opens_at,
+        change.closes_at,
+        change.paused
     )
     .fetch_optional(db)
     .await?;
@@ -225,6 +282,9 @@ pub async fn change_terms(
         max_per_order = product.max_per_order,
         per_user_limit = product.per_user_limit,
         reservation_ttl_s = product.reservation_ttl_s,
+        opens_at = ?product.opens_at,
+        closes_at = ?product.closes_at,
+        paused = product.paused,
         "terms changed"
     );
     Ok(product)
@@ -244,6 +304,8 @@ mod tests {
             guard: Guard::Zk,
             batch_max: 8,
             terms_version: version,
+            window: Window::default(),
+            line: false,
         })
     }
 
@@ -254,6 +316,7 @@ mod tests {
             per_user_limit: 2,
             reservation_ttl_s: 60,
             terms_version: version,
+            window: Window::default(),
         }
     }
 
@@ -281,6 +344,9 @@ mod tests {
             max_per_order: None,
             per_user_limit: None,
             reservation_ttl_s: None,
+            opens_at: None,
+            closes_at: None,
+            paused: None,
         };
         assert!(none.is_empty() && none.validate().is_ok());
         let price = TermsChange {

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -39,6 +40,9 @@ pub enum Verdict {
     /// Its Idempotency-Key was taken over by a later attempt (this one ran past its
     /// deadline): the later attempt decides the key's order, this one sells nothing.
     Superseded,
+    /// The sale is not open, as the row says (paused, closed or moved since the order's
+    /// checks, through any instance).
+    OffSale,
 }
 
 impl Verdict {
@@ -109,6 +113,8 @@ pub struct Served {
 /// one's verdict, and the stock after them.
 pub(super) struct Decided<'a> {
     pub terms: Arc<Terms>,
+    /// When it was decided (the window's clock).
+    pub at: DateTime<Utc>,
     pub tickets: Cow<'a, [Ticket]>,
     pub verdicts: Vec<Verdict>,
     pub left: i32,
@@ -139,17 +145,23 @@ pub(super) fn decide_batch<'a>(
     };
     let unpaid_room =
         (stock.stocked_total as f64 * rules.max_unpaid_share).ceil() as i32 - stock.unpaid;
-    let (verdicts, left) = decide(
-        stock.stock,
-        terms.max_per_order,
-        terms.per_user_limit,
-        unpaid_room,
-        &stock.held,
-        superseded,
-        &tickets,
-    );
+    let at = Utc::now();
+    let (verdicts, left) = if terms.window.is_open(at) {
+        decide(
+            stock.stock,
+            terms.max_per_order,
+            terms.per_user_limit,
+            unpaid_room,
+            &stock.held,
+            superseded,
+            &tickets,
+        )
+    } else {
+        (vec![Verdict::OffSale; tickets.len()], stock.stock)
+    };
     Decided {
         terms,
+        at,
         tickets,
         verdicts,
         left,
@@ -217,6 +229,7 @@ impl Decided<'_> {
                     self.terms.max_per_order
                 ))),
                 Verdict::Superseded => Err(Error::IdempotencyInProgress),
+                Verdict::OffSale => Err(self.terms.window.refusal(self.at).unwrap_or(Error::Closed)),
                 _ => Ok(written.next().expect("a row per written verdict")),
             })
             .collect();

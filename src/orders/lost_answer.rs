@@ -43,6 +43,7 @@ impl Shop {
             user_id: None,
             quantity: 1,
             pay: false,
+            pass: None,
         }
         .parse(BUYER.to_string())?;
         let admitted = self

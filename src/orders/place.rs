@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
+use chrono::Utc;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -18,6 +19,7 @@ use super::shop::Shop;
 use super::store;
 use crate::error::Error;
 use crate::inventory::{self, Terms};
+use crate::line::Pass;
 use crate::lock::Session;
 use crate::teaching::Act;
 
@@ -34,6 +36,8 @@ pub struct Admitted {
     quantity: i32,
     amount_cents: i64,
     pay: bool,
+    /// The pass its product's line gave the buyer (checked, not spent yet).
+    pass: Option<Pass>,
 }
 
 /// Why an order stopped waiting before a lock cycle took it.
@@ -71,6 +75,21 @@ impl Shop {
             terms = self.fresh_terms(product_id).await?;
         }
         let quantity = request.quantity_for(&terms).map_err(Error::Unprocessable)?;
+        // The sale's window and its line, before anything is written: the crowd that comes
+        // before the opening, or without a pass, ends here.
+        let now = Utc::now();
+        if terms.window.refusal(now).is_some() {
+            // This instance's copy may predate a change through another (an opening moved).
+            terms = self.fresh_terms(product_id).await?;
+            if let Some(refusal) = terms.window.refusal(now) {
+                return Err(refusal);
+            }
+        }
+        let pass = match (terms.line, request.pass()) {
+            (false, _) => None,
+            (true, None) => return Err(Error::NotAdmitted(product_id)),
+            (true, Some(raw)) => Some(self.line.verify(raw, product_id, request.user_id(), now)?),
+        };
         // Our tokens cannot claim a row while another ensemble guards the database: refused
         // here, before a lock node or an order row is written (a stray instance must leave
         // every row to the fleet that guards it).
@@ -100,6 +119,7 @@ impl Shop {
             quantity,
             amount_cents,
             pay: request.pay(),
+            pass,
         })
     }
 
@@ -151,7 +171,13 @@ impl Shop {
             quantity,
             amount_cents,
             pay,
+            pass,
         } = admitted;
+        // A pass buys once: spent before the order is placed, given back if the order ends
+        // without one that holds units (a passing refusal: the buyer may try again with it).
+        if let Some(pass) = &pass {
+            self.line.spend(pass).await?;
+        }
         let ticket = Ticket {
             id: Uuid::new_v4(),
             user_id,
@@ -174,7 +200,16 @@ impl Shop {
                 Box::pin(self.alone(terms, ticket, client_gone)).await
             }
         };
-        flow.instrument(span).await
+        let answer = flow.instrument(span).await;
+        if let (Some(pass), Err(error)) = (&pass, &answer) {
+            if !matches!(
+                error,
+                Error::OutcomePending { .. } | Error::PaymentBusy { .. }
+            ) {
+                self.line.give_back(pass).await;
+            }
+        }
+        answer
     }
 
     /// A combined product: wait in the product's queue on this instance for a lock cycle to

@@ -29,6 +29,10 @@ pub struct NewOrder {
     /// `false` stops after the reservation; pay later with `POST /orders/{id}/pay`.
     #[serde(default = "yes")]
     pub pay: bool,
+    /// The pass the product's line gave this buyer (`GET /api/products/{id}/line/me`):
+    /// required by a product with a line (`line: true`), ignored by one without.
+    #[schema(max_length = 512)]
+    pub pass: Option<String>,
 }
 
 fn one() -> i64 {
@@ -48,6 +52,10 @@ pub struct OrderRequest {
     user_id: String,
     quantity: i64,
     pay: bool,
+    /// Not part of the fingerprint: a retry with the pass its line gives again is the same
+    /// order.
+    #[serde(skip)]
+    pass: Option<String>,
 }
 
 impl NewOrder {
@@ -64,6 +72,7 @@ impl NewOrder {
             user_id: buyer,
             quantity: self.quantity,
             pay: self.pay,
+            pass: self.pass,
         })
     }
 }
@@ -79,6 +88,10 @@ impl OrderRequest {
 
     pub fn pay(&self) -> bool {
         self.pay
+    }
+
+    pub fn pass(&self) -> Option<&str> {
+        self.pass.as_deref()
     }
 
     /// The quantity, once we know the product's per-order cap.
@@ -109,6 +122,7 @@ mod tests {
             user_id: None,
             quantity,
             pay: true,
+            pass: None,
         }
         .parse(user_id.into())
     }
@@ -136,6 +150,8 @@ mod tests {
             guard: Guard::Zk,
             batch_max: 1,
             terms_version: 1,
+            window: crate::inventory::Window::default(),
+            line: false,
         };
         assert_eq!(order("a", 2).unwrap().quantity_for(&product), Ok(2));
         assert!(order("a", 3).unwrap().quantity_for(&product).is_err());

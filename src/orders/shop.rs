@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::flags::Flags;
 use crate::inventory::{Catalog, Standing, Terms};
+use crate::line::Line;
 use crate::lock::Zk;
 use crate::payment::Provider;
 use crate::teaching::{Act, Teaching};
@@ -54,6 +55,8 @@ pub struct Shop {
     /// pointed at another ZooKeeper) sells nothing under a ZooKeeper guard and takes no
     /// background work, so it holds no row the guarding fleet needs.
     pub(super) standing: watch::Receiver<Standing>,
+    /// The products' lines: checks and spends the passes their orders carry.
+    pub(super) line: Line,
 }
 
 impl Shop {
@@ -74,6 +77,7 @@ impl Shop {
         teaching: &Teaching,
         rules: Rules,
         standing: watch::Receiver<Standing>,
+        line: Line,
     ) -> Shop {
         let recorder = Recorder::new(db.clone());
         let shared = SharedCycles::new(db.clone(), catalog.clone(), rules);
@@ -91,6 +95,7 @@ impl Shop {
             teaching: teaching.on_sale_path().then(|| teaching.clone()),
             rules,
             standing,
+            line,
         }
     }
 

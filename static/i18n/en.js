@@ -1,5 +1,5 @@
-// The page's English texts, by stable key (those of who buys in ./en-account.js). zh.js has the
-// same keys with the same {placeholders} (a browser test checks both); js/i18n.js applies them.
+// The page's English texts, by stable key (parts of them in the files imported below). zh.js has
+// the same keys with the same {placeholders} (a browser test checks both); js/i18n.js applies them.
 //
 // Numbers, ids, guard names, product names, ZooKeeper paths, node owners and fencing tokens
 // are identifiers: they come in as {placeholders} and are never translated. A placeholder
@@ -7,7 +7,9 @@
 // Texts may hold markup (<code>, <strong>, <em>): the page's own, shown as HTML; what comes
 // in through a placeholder is escaped. Only English may use {message}, the server's message.
 
-import account from './en-account.js';
+import account from './en-account.js'; // who buys, and their orders
+import line from './en-line.js'; // sale windows and the line
+import rush from './en-rush.js'; // the simulator's rush at the opening
 
 export default {
   // ------------------------------------------------------------ page and header
@@ -293,7 +295,6 @@ export default {
   'log.zombie_accepted': 'Zombie on product #{id}: nobody took the lock over while it stalled, so its token {token} was still the newest and its write was accepted. Arm it again and start more buyers.',
   'log.zombie_rejected': 'Zombie on product #{id}: it held token {stale}, its session ended, token {current} took over — its stock write was rejected by the fence. Nothing oversold.',
   'log.crash': 'Crash on product #{id}: the holder with token {token} vanished with its session; its node was deleted and the queue moved on.',
-
   'explain.heading': 'What you are seeing',
-  ...account,
+  ...account, ...line, ...rush,
 };

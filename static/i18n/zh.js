@@ -2,6 +2,8 @@
 // static/i18n/en.js: see there for the rules.
 
 import account from './zh-account.js';
+import line from './zh-line.js';
+import rush from './zh-rush.js';
 
 export default {
   // ------------------------------------------------------------ page and header
@@ -284,7 +286,6 @@ export default {
   'log.zombie_accepted': '商品 #{id} 上的僵尸：它停顿期间没有人接管锁，所以它的令牌 {token} 仍是最新的，写入被接受了。请再次启用演示，并发起更多买家。',
   'log.zombie_rejected': '商品 #{id} 上的僵尸：它持有令牌 {stale}，会话结束后令牌 {current} 接管了锁 — 它的库存写入被围栏令牌拒绝。没有超卖。',
   'log.crash': '商品 #{id} 上的崩溃：令牌 {token} 的持有者随会话一起消失；它的节点被删除，队列继续前进。',
-
   'explain.heading': '你看到的是什么',
-  ...account,
+  ...account, ...line, ...rush,
 };

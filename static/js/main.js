@@ -1,9 +1,9 @@
-// The teaching page: the shop (who buys in account.js, their orders in orders.js), a two-lane
-// flash-sale simulator, the live lock queue, herd vs fair, the crash/zombie demos, money and
-// the lock lab, one module each. Plain ES modules, no build step. Everything live comes from
-// one server-sent-events stream (/api/events), except the lock lab's two views, polled while
-// the page is visible. No module holds a user-visible sentence: the texts are in
-// /i18n/en.js and /i18n/zh.js.
+// The teaching page: the shop (who buys in account.js, their orders in orders.js, sale windows
+// and lines in sale.js), a two-lane flash-sale simulator (and its rush at the opening, rush.js),
+// the live lock queue, herd vs fair, the crash/zombie demos, money and the lock lab, one module
+// each. Plain ES modules, no build step. Everything live comes from one server-sent-events
+// stream (/api/events), except the lock lab's two views, polled while the page is visible. No
+// module holds a user-visible sentence: the texts are in /i18n/en.js and /i18n/zh.js.
 
 import { openEvents } from './api.js';
 import { initI18n, t } from './i18n.js';
@@ -15,6 +15,7 @@ import { checkSession, initAccount } from './account.js';
 import { initOrders } from './orders.js';
 import { initShop } from './shop.js';
 import { initSimulator } from './simulator.js';
+import { initRush } from './rush.js';
 import { initQueue, onQueueEvent, reloadLockViews } from './queue.js';
 import { initHerd } from './herd.js';
 import { initCrash, onDemoEvent } from './crash.js';
@@ -61,6 +62,7 @@ initAccount();
 initShop();
 initOrders();
 initSimulator();
+initRush();
 initQueue();
 initHerd();
 initCrash();

@@ -7,6 +7,7 @@ import { has, locale, t } from './i18n.js';
 import { el } from './render.js';
 import { setEntry, store } from './state.js';
 import { log } from './log.js';
+import { noteServerTime } from './clock.js';
 
 export const fmtMoney = (cents) => (cents / 100).toLocaleString(locale(), { style: 'currency', currency: 'USD' });
 // Ratios: exact ones stay exact (1, not 1.00), so "a lock per order" reads as 1.
@@ -48,12 +49,22 @@ export function fillSelect(select, list, prefer) {
 }
 
 /// Reads every product (a failed read leaves the ones known: the next opening reads again).
+/// Each read sets the server's clock again (js/clock.js).
 export async function loadProducts() {
   const { ok, body } = await request('/api/products');
   if (!ok) return;
+  noteServerTime(body[0]?.server_time);
   const products = new Map(store.get().products);
   for (const p of body) products.set(p.id, p);
   store.set({ products });
+}
+
+/// Reads one product again: its state changes at its opening and closing, with no event.
+export async function loadProduct(id) {
+  const { ok, body } = await request(`/api/products/${id}`);
+  if (!ok) return;
+  noteServerTime(body.server_time);
+  putProduct(body);
 }
 
 /// One product as an answer or event has it now.

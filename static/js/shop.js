@@ -1,5 +1,6 @@
-// 1 · The shop: the product cards, the Buy form and its order's payment, and the admin form
-// that creates a product (it sits in the simulator's section, where its products are sold).
+// 1 · The shop: the product cards (their sale windows and lines in js/sale.js), the Buy form
+// and its order's payment, and the admin form that creates a product (it sits in the
+// simulator's section, where its products are sold).
 
 import { request, sleep } from './api.js';
 import { locale, t, tHtml } from './i18n.js';
@@ -8,20 +9,20 @@ import { showProblem } from './show.js';
 import { store } from './state.js';
 import { fillSelect, fmtMoney, guarding, productList, putProduct, statusName } from './products.js';
 import { refreshOrders } from './orders.js';
+import { drawSale, initSale, saleBox } from './sale.js';
+import { lookNow, passFor } from './line.js';
 
 // Product names and guard names are the server's identifiers: data-ident, never translated.
-function productCard(p) {
-  const oversold = Math.max(0, p.sold - p.stocked_total);
+function productFacts(p) {
   const pct = p.stocked_total ? Math.min(100, (100 * p.sold) / p.stocked_total) : 0;
+  const oversold = Math.max(0, p.sold - p.stocked_total);
   const line = tHtml('product.line', {
     price: fmtMoney(p.price_cents),
     stock: html`<strong data-k="stock">${p.stock}</strong>`,
     sold: html`<span data-k="sold">${p.sold}</span>`,
     total: p.stocked_total,
   });
-  return el(
-    'article',
-    { class: 'product', 'data-product': p.id, 'data-oversold': oversold },
+  return [
     el('h3', { 'data-ident': true }, p.name),
     el('span', { class: `badge guard-${p.guard}`, 'data-ident': true }, p.guard),
     p.sold_out && el('span', { class: 'badge soldout' }, t('product.sold_out')),
@@ -29,12 +30,28 @@ function productCard(p) {
     el('div', { class: 'bar', role: 'img', 'aria-label': t('product.bar', { sold: p.sold, total: p.stocked_total }) }, el('span', { style: `width:${pct}%` })),
     el('div', {}, line),
     oversold > 0 && el('div', { class: 'oversold' }, t('product.oversold', { n: oversold })),
-  );
+  ];
+}
+
+// A card per product, kept from one drawing to the next: its facts are drawn again at every
+// change, its sale box (js/sale.js: the window, the line and their buttons) is updated in
+// place, so that a button on it stays under the pointer while events arrive during a sale.
+function productCard(p) {
+  const card = $(`#products > .product[data-product="${p.id}"]`)
+    ?? el('article', { class: 'product', 'data-product': p.id }, el('div', { class: 'product-facts' }), saleBox(p.id));
+  card.dataset.oversold = Math.max(0, p.sold - p.stocked_total);
+  $('.product-facts', card).replaceChildren(...productFacts(p).filter(Boolean));
+  drawSale($('.sale', card), p);
+  return card;
 }
 
 function renderProducts(state) {
   const list = productList(state);
-  $('#products').replaceChildren(...(list.length ? list.map(productCard) : [el('p', { class: 'hint' }, tHtml('shop.empty'))]));
+  const box = $('#products');
+  const cards = list.map(productCard);
+  // The cards are put in place only when they are not already: in the same order, no card moves.
+  const placed = cards.length === box.children.length && cards.every((card, i) => box.children[i] === card);
+  if (!placed) box.replaceChildren(...(cards.length ? cards : [el('p', { class: 'hint' }, tHtml('shop.empty'))]));
   fillSelect($('#buy-product'), list);
 }
 
@@ -71,16 +88,22 @@ async function buy(event) {
     store.set({ buy: {} });
     // The buyer is the token's (demo, jwks); in open mode, the name typed, in the body.
     const open = store.get().session.mode === 'open';
+    const productId = Number($('#buy-product').value);
+    // A product with a line sells to a buyer it let in: the pass it gave goes with the order.
+    const pass = passFor(productId);
     const { ok, body, problem } = await request('/orders', {
       method: 'POST',
       idempotencyKey: crypto.randomUUID(),
       body: {
-        product_id: Number($('#buy-product').value),
+        product_id: productId,
         ...(open ? { user_id: $('#buy-user').value } : {}),
         quantity: Number($('#buy-qty').value),
         pay: $('#buy-pay').checked,
+        ...pass,
       },
     });
+    // What the pass is now (bought, or still good after a passing refusal): the line says.
+    if (pass.pass) lookNow(productId);
     // Every answer that names an order (paid, reserved, declined, outcome pending) shows its payment.
     const orderId = body?.id ?? body?.order_id;
     if (orderId) followPayment(orderId);
@@ -168,6 +191,7 @@ function renderCreated({ created }) {
 }
 
 export function initShop() {
+  initSale();
   store.subscribe(['products', 'lang'], renderProducts);
   store.subscribe(['buy', 'lang'], renderBuy);
   store.subscribe(['payment', 'lang'], renderPayment);

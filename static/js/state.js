@@ -42,6 +42,11 @@ export const store = createStore({
   // The simulated buyers' tokens (demo mode), by name, for the page's life: name -> Promise of a token.
   crowdTokens: new Map(),
   products: new Map(), // id -> product, as the last answer or event had it
+  serverOffset: 0, // the server's clock less this computer's, in ms (js/clock.js)
+  // id -> the page's buyer in that product's line (js/line.js): who, the place the server
+  // last gave (its LinePlace), when it let the buyer in, the problem of the last answer, and
+  // the looks' bookkeeping (run, seq, timer, attempt, joining, looking).
+  lines: new Map(),
   lockStats: new Map(), // id -> this instance's lock counters for the product
   log: [], // the event log, newest first: {key, params, bad, at}
 });

@@ -101,6 +101,10 @@ pub struct ErrorBody<'a> {
     /// The order the error happened to, when its row exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     order_id: Option<Uuid>,
+    /// `not_open`: when the sale opens (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    opens_at: Option<String>,
     /// Whether the same request may succeed if sent again (with the same `Idempotency-Key`),
     /// after the `Retry-After` seconds a retryable answer carries. Fixed per code.
     retryable: bool,
@@ -177,13 +181,27 @@ impl ApiError {
             }
             _ => {}
         }
-        write_body(error.code(), &error.to_string(), error.order_id(), status)
+        let message = error.to_string();
+        let mut body = body(error.code(), &message, error.order_id(), status);
+        if let Error::NotOpen { opens_at, .. } = error {
+            body.opens_at = Some(opens_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        }
+        serde_json::to_string(&body).expect("error bodies serialise")
     }
 }
 
 fn write_body(code: &str, message: &str, order_id: Option<Uuid>, status: StatusCode) -> String {
+    serde_json::to_string(&body(code, message, order_id, status)).expect("error bodies serialise")
+}
+
+fn body<'a>(
+    code: &'a str,
+    message: &'a str,
+    order_id: Option<Uuid>,
+    status: StatusCode,
+) -> ErrorBody<'a> {
     let problem = Problem::known(code);
-    let body = ErrorBody {
+    ErrorBody {
         kind: problem.uri(),
         title: problem.title,
         status: status.as_u16(),
@@ -191,9 +209,9 @@ fn write_body(code: &str, message: &str, order_id: Option<Uuid>, status: StatusC
         error: code,
         message,
         order_id,
+        opens_at: None,
         retryable: problem.retryable,
-    };
-    serde_json::to_string(&body).expect("error bodies serialise")
+    }
 }
 
 /// `json_errors`' answer: `error` in our shape with the status the response already had.
@@ -299,6 +317,19 @@ mod tests {
             Error::PaymentBusy { order_id: id },
             Error::OutcomePending { order_id: Some(id) },
             Error::NoSemaphore,
+            Error::NotOpen {
+                opens_at: chrono::Utc::now(),
+                now: chrono::Utc::now(),
+            },
+            Error::Closed,
+            Error::Paused {
+                retry_after: std::time::Duration::from_secs(5),
+            },
+            Error::NotAdmitted(1),
+            Error::InvalidPass("x"),
+            Error::PassUsed,
+            Error::NoLine(1),
+            Error::NotInLine,
             Error::Unavailable(anyhow::anyhow!("x")),
             Error::Internal(anyhow::anyhow!("x")),
         ];

@@ -53,7 +53,7 @@ impl Problem {
 /// Every code an answer can carry, in the order of the API page's table of codes
 /// (docs/api.md, which a contract test holds to this table).
 #[rustfmt::skip]
-pub const PROBLEMS: [Problem; 34] = [
+pub const PROBLEMS: [Problem; 42] = [
     Problem::new("invalid_request", 400, FINAL, "The request is malformed"),
     Problem::new("unauthorized", 401, FINAL, "An admin bearer token is required"),
     Problem::new("unauthenticated", 401, FINAL, "A bearer token is required"),
@@ -63,10 +63,13 @@ pub const PROBLEMS: [Problem; 34] = [
     Problem::new("demo_disabled", 403, FINAL, "Demos are disabled on this server"),
     Problem::new("not_your_account", 403, FINAL, "The order's buyer is not the token's"),
     Problem::new("no_demo_issuer", 403, FINAL, "This server issues no tokens"),
+    Problem::new("not_admitted", 403, FINAL, "The sale lets buyers in through its line"),
+    Problem::new("invalid_pass", 403, FINAL, "The pass is not valid"),
     Problem::new("unknown_product", 404, FINAL, "No such product"),
     Problem::new("order_not_found", 404, FINAL, "No such order"),
     Problem::new("not_found", 404, FINAL, "No such route"),
     Problem::new("no_lock", 404, FINAL, "The product's guard takes no such lock"),
+    Problem::new("not_in_line", 404, FINAL, "You are not in this product's line"),
     Problem::new("method_not_allowed", 405, FINAL, "Method not allowed"),
     Problem::new("sold_out", 409, FINAL, "Sold out"),
     Problem::new("purchase_limit", 409, FINAL, "Over the purchase limit"),
@@ -76,6 +79,12 @@ pub const PROBLEMS: [Problem; 34] = [
     Problem::new("reservation_expired", 409, FINAL, "The reservation expired"),
     Problem::new("payment_in_progress", 409, RETRY, "A payment for this order is in progress"),
     Problem::new("order_not_payable", 409, FINAL, "The order cannot be paid"),
+    // The answer's Retry-After is the time left to the opening.
+    Problem::new("not_open", 409, RETRY, "The sale has not opened yet"),
+    Problem::new("closed", 409, FINAL, "The sale has closed"),
+    Problem::new("paused", 409, RETRY, "The sale is paused"),
+    Problem::new("pass_used", 409, FINAL, "The pass has already bought"),
+    Problem::new("no_line", 409, FINAL, "The product has no line"),
     Problem::new("payload_too_large", 413, FINAL, "Request body too large"),
     Problem::new("unsupported_media_type", 415, FINAL, "Unsupported media type"),
     Problem::new("idempotency_mismatch", 422, FINAL, "This key was used for another request"),

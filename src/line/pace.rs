@@ -1,0 +1,148 @@
+//! The line's clock: at the opening, the draw; after it, letting places in at the pace the
+//! sale is served. Every instance ticks; one at a time does the work (the draw waits on the
+//! line's advisory lock, the pace skips a line's row another instance holds), so an instance
+//! that dies takes no line with it.
+//!
+//! The pace is a window, as TCP's: the passes given in the last [`HORIZON`] and not yet
+//! spent are kept at `max(FLOOR, rate × AHEAD)`, where `rate` is the passes spent in the last
+//! second (the orders the shop answered the line's buyers). The line follows what the sale
+//! sustains, measured, with no configured rate: when orders slow, fewer are let in; when
+//! they speed up, the window grows with them.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::error::Error;
+
+/// How often an instance looks at the lines.
+const TICK: Duration = Duration::from_millis(100);
+/// The window before anything is measured, and its least.
+const FLOOR: i64 = 200;
+/// How many seconds of the measured pace are let in ahead of it.
+const AHEAD: f64 = 2.0;
+/// A pass not spent this long after its admission no longer counts as on its way.
+const HORIZON: Duration = Duration::from_secs(10);
+
+/// Ticks until the task is dropped.
+pub async fn run(db: PgPool) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = once(&db).await {
+            tracing::warn!(error = %e, "the line could not keep its pace this tick");
+        }
+    }
+}
+
+/// One tick: draws the lines whose sale opened, paces the lines drawn.
+pub async fn once(db: &PgPool) -> Result<(), Error> {
+    let due = sqlx::query!(
+        r#"SELECT l.product_id, l.drawn_at IS NOT NULL AS "drawn!"
+           FROM lines l JOIN products p ON p.id = l.product_id
+           WHERE NOT p.paused
+             AND (p.opens_at IS NULL OR p.opens_at <= clock_timestamp())
+             AND (p.closes_at IS NULL OR p.closes_at > clock_timestamp())
+             AND (l.drawn_at IS NULL OR (l.admitted < l.last_place AND p.stock > 0))"#
+    )
+    .fetch_all(db)
+    .await?;
+    for line in due {
+        if line.drawn {
+            pace(db, line.product_id).await?;
+        } else {
+            draw(db, line.product_id).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The opening's draw (once: the function returns NULL for a line drawn already).
+async fn draw(db: &PgPool, product_id: i64) -> Result<(), Error> {
+    let drawn = sqlx::query_scalar!("SELECT line_draw($1)", product_id)
+        .fetch_one(db)
+        .await?;
+    if let Some(drawn) = drawn {
+        tracing::info!(
+            product = product_id,
+            drawn,
+            "the line was drawn at the opening"
+        );
+    }
+    Ok(())
+}
+
+/// Lets in what the window has room for, unless another instance paced the line this tick.
+async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
+    let mut tx = db.begin().await?;
+    let Some(line) = sqlx::query!(
+        "SELECT admitted, last_place FROM lines
+         WHERE product_id = $1 AND paced_at < clock_timestamp() - make_interval(secs => $2)
+         FOR UPDATE SKIP LOCKED",
+        product_id,
+        TICK.as_secs_f64() * 0.8
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    else {
+        return Ok(());
+    };
+    let seen = sqlx::query!(
+        r#"SELECT
+             (SELECT count(*) FROM line_places
+              WHERE product_id = $1 AND spent_at > clock_timestamp() - interval '1 second') AS "spent!",
+             (SELECT count(*) FROM line_places
+              WHERE product_id = $1 AND spent_at IS NULL AND place <= $2
+                AND place > COALESCE((SELECT max(through) FROM line_admissions
+                                      WHERE product_id = $1
+                                        AND at <= clock_timestamp() - make_interval(secs => $3)), 0)
+             ) AS "on_their_way!""#,
+        product_id,
+        line.admitted,
+        HORIZON.as_secs_f64()
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let rate = seen.spent as f64;
+    let room = window(rate) - seen.on_their_way;
+    let let_in = room.clamp(0, line.last_place - line.admitted);
+    sqlx::query!(
+        "UPDATE lines SET admitted = admitted + $2, rate = $3, paced_at = clock_timestamp()
+         WHERE product_id = $1",
+        product_id,
+        let_in,
+        rate
+    )
+    .execute(&mut *tx)
+    .await?;
+    if let_in > 0 {
+        sqlx::query!(
+            "INSERT INTO line_admissions (product_id, through) VALUES ($1, $2)",
+            product_id,
+            line.admitted + let_in
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// How many passes may be on their way at `rate` orders a second.
+fn window(rate: f64) -> i64 {
+    ((rate * AHEAD).ceil() as i64).max(FLOOR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_follows_the_measured_rate_above_its_floor() {
+        assert_eq!(window(0.0), FLOOR);
+        assert_eq!(window(50.0), FLOOR);
+        assert_eq!(window(1500.0), 3000);
+        assert!(window(3000.0) > window(1500.0));
+    }
+}

@@ -1,0 +1,38 @@
+// The English texts of the simulator's rush at the opening (js/rush.js): the same crowd with a
+// line and without. Part of static/i18n/en.js (which takes them in), by the same rules.
+// static/i18n/zh-rush.js has the same keys.
+
+export default {
+  'rush.summary': 'The rush at the opening: with a line, and without (a simulation)',
+  'rush.hint': 'A simulation in this page alone: nothing is sent to the server. The buyers arrive over the ten seconds before the sale opens (T0), for 50 units; the shop serves 100 orders a second, and turning an order away costs it half as much as serving one. One buyer in ten is a bot: set up early, it clicks within milliseconds of T0 and tries again every 0.1 s. <strong>With a line</strong>, everyone joins as they arrive; at T0 the line is drawn (watch it shuffle), then buyers are let in as fast as the shop serves those before them. <strong>Without one</strong>, everyone clicks at T0, or as soon as their page has loaded, and again each time they are turned away.',
+  'rush.buyers': 'Buyers',
+  'rush.run': 'Run the rush',
+  'rush.running': 'Rushing…',
+  'rush.lane_line': 'With a line',
+  'rush.lane_crowd': 'No line',
+  'rush.by_arrival': 'Each dot a buyer, in order of arrival.',
+  'rush.by_place': 'Each dot a buyer, in order of place in the line.',
+  'rush.sold_out_in': 'sold out in',
+  'rush.sent': 'orders sent',
+  'rush.refused': 'turned away',
+  'rush.peak': 'peak load',
+  'rush.fairness': 'arrival vs served (ρ)',
+  'rush.bots': 'bots\' share of sales',
+  'rush.per_second': '{n}/s',
+  'rush.not_sold_out': 'not sold out',
+  'rush.legend_away': 'not here yet',
+  'rush.legend_waiting': 'waiting (in the line, or for T0)',
+  'rush.legend_admitted': 'let in: holds a pass',
+  'rush.legend_bought': 'bought',
+  'rush.legend_refused': 'turned away: will try again',
+  'rush.legend_sold_out': 'sold out before their turn',
+  'rush.legend_bot': 'a bot (square)',
+  'rush.clock_idle': 'Run it: ten seconds of arrivals, then the opening.',
+  'rush.clock_before': 'T0 − {s} s: the buyers arrive',
+  'rush.clock_draw': 'T0: the line is drawn. Arrival order no longer counts.',
+  'rush.clock_after': 'T0 + {s} s',
+  'rush.clock_done': 'Over at T0 + {s} s. Both lanes are in order of arrival again: who got the units?',
+  'rush.verdict': 'Sold out in {s} s: {sent} orders sent, {refused} turned away; ρ = {rho}; bots, {crowd}% of the buyers, got {bots}% of the units.',
+  'rush.verdict_unsold': 'Not sold out after {s} s: {sent} orders sent, {refused} turned away; ρ = {rho}; bots, {crowd}% of the buyers, got {bots}% of the units sold.',
+  'rush.lesson': '<h4>Why a line is fair</h4><p>Everyone who joins before the opening gets a place drawn at random at the opening: arriving early, refreshing or sending a bot buys no better chance, so nobody gains by it. Without a line the shop serves whichever order lands first in each instant: the bots and the buyers who were ready at T0 take the units, the late and the slow are turned away. The fairness number is the rank correlation (Spearman\'s ρ) between the order the buyers arrived in and the order they were served in, everyone not served tied last: 0, arriving early made no difference; 1 would be first come, first served.</p><h4>Why it is cheaper</h4><p>With a line the shop sees orders at the pace it serves them: passes go out as orders complete, so nearly every order it is sent is one it sells. Without one, the whole crowd fires at T0, and again after every refusal: the shop spends its time turning buyers away, and the bigger the crowd, the slower it sells. Buyers waiting in the line look at their place only when the server says to (<code>next_look_ms</code>): a cheap read, rare for those far back, not an order. The line does not sell faster: a buyer let in still takes a moment to order.</p>',
+};

@@ -23,8 +23,9 @@
 //
 // Every loop is bounded: tries and looks by count, every buyer by the opening + SALE_S.
 // Each VU prints its buyers' records, `RUSH [{…}, …]`, one line (k6's console, raw): g buyer,
-// late, s its moment, j first send, js join status, p place, a admitted (first seen), st last
-// line state, os order's first send, oa its final answer, o final status, oe error code, ot
+// late, s its moment, j its first request sent (its turn among the VU's came), jd the join's ms,
+// ja joined_at as the server says, js join status, p place, a admitted (first seen), nl the
+// longest next_look_ms while in_line, st last line state, os order's first send, oa its final answer, o final status, oe error code, ot
 // tries, od ms spent in requests, pk the pass's digest, lk looks, rq requests, err. Times are
 // ms on the server's clock (offset from the product's server_time).
 import http from 'k6/http';
@@ -49,7 +50,9 @@ const LATE_WINDOW = ms('LATE_WINDOW', 2);
 const CROWD_WINDOW = ms('CROWD_WINDOW', 1);
 const SALE = ms('SALE_S', 120);
 const VUS = Math.max(1, Math.min(int('VUS', 300), TOTAL));
-const INFLIGHT = int('INFLIGHT', 16);
+// Requests in flight per VU at most: a VU's connections. The crowd without a line sends every
+// order at the opening second: 3× as many, so that the client queues as little of it as it can.
+const INFLIGHT = int('INFLIGHT', 16) * (LINE ? 1 : int('CROWD_INFLIGHT_TIMES', 3));
 const ORDER_TRIES = int('ORDER_TRIES', 5);
 const CROWD_TRIES = int('CROWD_TRIES', 20);
 const JOIN_TRIES = 5;
@@ -155,15 +158,19 @@ export default async function (data) {
   const run = slots(INFLIGHT);
 
   // One request, counted on the buyer's record; its answer read.
+  // `sent`: when it left (its turn among the VU's requests in flight came), on the server's clock.
   async function call(r, method, url, body, name, counter, key) {
     const headers = orderHeaders(r.b.token);
     if (key) headers['Idempotency-Key'] = key;
-    const t0 = Date.now();
-    const res = await run(() => http.asyncRequest(method, url, body === null ? null : JSON.stringify(body),
-      { headers, tags: { name }, responseType: 'text', timeout: '30s' }));
+    let sent = 0;
+    const res = await run(() => {
+      sent = now();
+      return http.asyncRequest(method, url, body === null ? null : JSON.stringify(body),
+        { headers, tags: { name }, responseType: 'text', timeout: '30s' });
+    });
     r.rq += 1;
     counter.add(1);
-    return { res, took: Date.now() - t0, ...answer(res) };
+    return { res, sent, took: now() - sent, ...answer(res) };
   }
 
   async function lineBuyer(b) {
@@ -174,14 +181,15 @@ export default async function (data) {
     const line = `${b.base}/api/products/${PRODUCT}/line`;
     let a;
     for (let t = 1; ; t++) {
-      if (t === 1) r.j = now();
       a = await call(r, 'POST', line, who, 'POST line', joins);
+      if (t === 1) Object.assign(r, { j: a.sent, jd: a.took });
       if (!a.retryable || t >= JOIN_TRIES || now() > deadline) break;
       await pause(retryAfter(a.res, 1000));
     }
     r.js = a.res.status;
     if (a.res.status !== 200 && a.res.status !== 201) return fail(r, a);
     let place = a.body;
+    r.ja = Date.parse(place.joined_at);
     const me = `${line}/me${b.name ? `?user_id=${encodeURIComponent(b.name)}` : ''}`;
     for (;;) {
       if (place.place !== null && place.place !== undefined && r.p === undefined) r.p = place.place;
@@ -189,6 +197,7 @@ export default async function (data) {
       if (place.state === 'admitted' && place.pass) break;
       if (place.state === 'sold_out' || place.state === 'closed' || place.state === 'bought') return r;
       if (r.lk >= MAX_LOOKS || now() > deadline) return Object.assign(r, { err: 'gave_up' });
+      if (place.state === 'in_line') r.nl = Math.max(r.nl || 0, place.next_look_ms);
       // When the server says to look again, never sooner.
       const wait = Number.isFinite(place.next_look_ms) ? place.next_look_ms : retryAfter(a.res, 1000);
       await pause(wait);
@@ -207,7 +216,6 @@ export default async function (data) {
     const r = { g: b.g, late: b.late, b, rq: 0, lk: 0 };
     r.s = data.opens + Math.random() * CROWD_WINDOW;
     await pause(r.s - now());
-    r.j = now();
     const body = { product_id: PRODUCT, quantity: 1 };
     if (b.name) body.user_id = b.name;
     return order(r, body, CROWD_TRIES);
@@ -221,6 +229,7 @@ export default async function (data) {
     let a;
     for (let t = 1; ; t++) {
       a = await call(r, 'POST', `${r.b.base}/orders`, body, 'POST /orders', orders, key);
+      if (r.j === undefined) r.j = a.sent;
       r.ot = t;
       r.od += a.took;
       if (a.res.status === 201 || !a.retryable || t >= tries || now() > deadline) break;

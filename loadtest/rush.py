@@ -30,7 +30,7 @@ from typing import Any
 from . import RESULTS, ROOT
 from .common.web import http_json, sign_in
 from .fleet import BASE_PORT, Instances, log
-from .rushcheck import judge, rss_mib
+from .rushcheck import epoch, judge, rss_mib
 from .rushreport import markdown, svg
 from .saturation.cpu import TICK, Parts, cpu_ticks
 
@@ -51,6 +51,7 @@ class Crowd:
     inflight: int = 16  # requests in flight per VU at most
     memory_joins: int = 100_000  # the memory step's buyers (0: none)
     compare: bool = True  # the same buyers without a line
+    sale_s: float = SALE_S  # every buyer stops this long after the opening at the latest
 
 
 def sign_in_pool(inst: Instances, count: int, run_id: str) -> Path:
@@ -82,25 +83,40 @@ def new_sale(inst: Instances, units: int, opens_in: float, line: bool, tag: str)
 
 
 def k6_rush(inst: Instances, env: dict[str, str], tag: str, bound_s: float) -> dict[str, Any]:
-    """One k6 run of loadtest/rush.js: the buyers' records, its summary, its CPU and time."""
+    """One k6 run of loadtest/rush.js: the buyers' records, its summary, and the CPU the
+    client (k6) and the instances spent from the opening (OPENS_AT) to the run's end."""
     records = RESULTS / f"rush-{tag}-records.jsonl"
     summary = RESULTS / f"rush-{tag}-summary.json"
     records.unlink(missing_ok=True)
     full = {**os.environ, "BASE_URLS": ",".join(inst.urls), "RUN": tag, "RESULTS": str(summary),
             # The client's CPU is the sale's bound on this machine: no dashboard to feed.
             "K6_WEB_DASHBOARD": "false", "K6_NO_USAGE_REPORT": "true", **env}
+    pids = [p.pid for p in inst.procs]
+    opens = epoch(env["OPENS_AT"])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    service = cpu_ticks([p.pid for p in inst.procs])
     started = time.monotonic()
+    at_open = None  # (monotonic, k6's ticks, the instances' ticks)
+    samples = []  # from the opening: (epoch s, k6's ticks, the instances' ticks), every 0.25 s
     with open(RESULTS / f"rush-{tag}-k6.log", "w") as err:
-        k6 = subprocess.run(["k6", "run", "--quiet", "--no-color", "--log-format", "raw",
-                             "--console-output", str(records), str(ROOT / "loadtest" / "rush.js")],
-                            env=full, stdout=subprocess.DEVNULL, stderr=err, check=False,
-                            timeout=bound_s + 120)
-    wall = time.monotonic() - started
+        k6 = subprocess.Popen(["k6", "run", "--quiet", "--no-color", "--log-format", "raw",
+                               "--console-output", str(records),
+                               str(ROOT / "loadtest" / "rush.js")],
+                              env=full, stdout=subprocess.DEVNULL, stderr=err)
+        while k6.poll() is None:
+            if at_open is None and time.time() >= opens:
+                at_open = (time.monotonic(), cpu_ticks([k6.pid]).get(k6.pid, 0), cpu_ticks(pids))
+            if at_open and (not samples or time.time() - samples[-1][0] >= 0.25):
+                samples.append((time.time(), cpu_ticks([k6.pid]).get(k6.pid, 0),
+                                sum(cpu_ticks(pids).values())))
+            if time.monotonic() - started > bound_s + 120:
+                k6.kill()
+            time.sleep(0.02)
+    ended = time.monotonic()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    service_s = sum(t - service.get(pid, 0) for pid, t in
-                    cpu_ticks([p.pid for p in inst.procs]).items()) / TICK
+    client_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if at_open is None:
+        at_open = (ended, client_s * TICK, cpu_ticks(pids))
+    service = cpu_ticks(pids)
     if k6.returncode:
         log(f"rush: k6 {tag} exited {k6.returncode} (see {RESULTS}/rush-{tag}-k6.log)")
     buyers = []
@@ -109,9 +125,24 @@ def k6_rush(inst: Instances, env: dict[str, str], tag: str, bound_s: float) -> d
             if line.startswith("RUSH "):
                 buyers += json.loads(line[5:])
     data = json.loads(summary.read_text()) if summary.exists() else {"metrics": {}}
-    return {"records": buyers, "summary": data, "k6_status": k6.returncode, "wall_s": wall,
-            "client_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-            "service_cpu_s": service_s}
+    return {"records": buyers, "summary": data, "k6_status": k6.returncode,
+            "wall_s": ended - at_open[0], "client_cpu_s": client_s - at_open[1] / TICK,
+            "service_cpu_s": sum(t - at_open[2].get(pid, 0) for pid, t in service.items()) / TICK,
+            "start_s": at_open[0] - started, "samples": samples}
+
+
+def sale_cores(samples: list[tuple[float, int, int]], opens: float,
+               sell_out_s: float | None) -> dict[str, float] | None:
+    """Cores the client and the instances used on average from the opening to the sell-out."""
+    if not samples or not sell_out_s:
+        return None
+    end = next((x for x in samples if x[0] >= opens + sell_out_s), samples[-1])
+    first = samples[0]
+    span = end[0] - first[0]
+    if span <= 0:
+        return None
+    return {"client": (end[1] - first[1]) / TICK / span,
+            "service": (end[2] - first[2]) / TICK / span, "seconds": span}
 
 
 def sale(inst: Instances, crowd: Crowd, line: bool, tokens: Path | None,
@@ -123,14 +154,16 @@ def sale(inst: Instances, crowd: Crowd, line: bool, tokens: Path | None,
     env = {"PRODUCT": str(product["id"]), "OPENS_AT": product["opens_at"],
            "LINE": "1" if line else "0", "BUYERS": str(crowd.buyers),
            "LATE": str(crowd.late if line else 0), "JOIN_WINDOW": str(crowd.join_window),
-           "VUS": str(crowd.vus), "INFLIGHT": str(crowd.inflight), "SALE_S": str(SALE_S)}
+           "VUS": str(crowd.vus), "INFLIGHT": str(crowd.inflight), "SALE_S": str(crowd.sale_s)}
     if tokens:
         env["TOKENS_FILE"] = str(tokens)
     log(f"rush ({'line' if line else 'no line'}): product {product['id']}, {crowd.units} units, "
         f"opens at {product['opens_at']}, {crowd.buyers} buyers"
         + (f" + {crowd.late} late" if line and crowd.late else "") + f", {crowd.vus} VUs")
-    ran = k6_rush(inst, env, tag, lead + SALE_S + 30)
+    ran = k6_rush(inst, env, tag, lead + crowd.sale_s + 30)
     result = judge(inst, product["id"], line, ran, crowd.units)
+    result["sale_cores"] = sale_cores(ran["samples"], epoch(product["opens_at"]),
+                                      result["sell_out_s"])
     result.update({"product": product["id"], "line": line, "k6_status": ran["k6_status"],
                    "wall_s": ran["wall_s"], "client_cpu_s": ran["client_cpu_s"],
                    "service_cpu_s": ran["service_cpu_s"], "peak_rss_mib": inst.peak_rss(),
@@ -175,7 +208,7 @@ def run(inst: Instances, one_hot: dict[str, Any], crowd: Crowd, run_id: str) -> 
     """The rush on `inst` (the one-hot row's fleet), the no-line comparison, the memory step."""
     total = crowd.buyers + crowd.late
     tokens = sign_in_pool(inst, total, run_id) if inst.signs_in else None
-    results: dict[str, Any] = {"run": run_id, "crowd": asdict(crowd), "sale_s": SALE_S,
+    results: dict[str, Any] = {"run": run_id, "crowd": asdict(crowd), "sale_s": crowd.sale_s,
                                "one_hot": {k: one_hot.get(k) for k in (
                                    "label", "paid_per_s", "p99_ms", "requests", "accepted_p99_ms",
                                    "connections", "seconds", "exact", "peak_rss_mib")},
@@ -212,11 +245,13 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=Crowd.inflight)
     parser.add_argument("--memory-joins", type=int, default=Crowd.memory_joins)
     parser.add_argument("--no-compare", action="store_true", help="no sale without a line")
+    parser.add_argument("--sale-s", type=float, default=SALE_S, help="every buyer stops this "
+                        "long after the opening at the latest")
     parser.add_argument("--out", default="rush")
     args = parser.parse_args()
     crowd = Crowd(args.units, args.buyers, args.buyers // 10 if args.late is None else args.late,
                   args.join_window, min(args.vus, args.buyers), args.inflight,
-                  args.memory_joins, not args.no_compare)
+                  args.memory_joins, not args.no_compare, args.sale_s)
     run_id = time.strftime("%Y%m%dt%H%M%S", time.gmtime())
     RESULTS.mkdir(parents=True, exist_ok=True)
     inst = Instances(3, f"rush{run_id}")

@@ -176,6 +176,7 @@ def judge(inst: Instances, product: int, line: bool, ran: dict[str, Any],
     r["outcomes"] = dict(Counter(f"{x['o']} {x.get('oe', '')}".strip() for x in recs if "o" in x))
     r["errors"] = dict(Counter(x["err"] for x in recs if x.get("err")).most_common(8))
     r["late_sends"] = sum(1 for x in recs if "j" in x and x["j"] - x["s"] > 250)
+    r["client_lag_p99_ms"] = pct([x["j"] - x["s"] for x in recs if "j" in x], 99)
     e2e = [x["oa"] - x["os"] for x in (admitted if line else got) if "oa" in x]
     r["order_e2e_p99_ms"] = pct(e2e, 99)
     r["order_e2e_p50_ms"] = pct(e2e, 50)
@@ -203,6 +204,14 @@ def judge(inst: Instances, product: int, line: bool, ran: dict[str, Any],
         r["fairness_before"] = spearman([x["j"] for x in early], [x["p"] for x in early])
         r["fairness_after"] = spearman([x["j"] for x in late], [x["p"] for x in late])
         r["placed"] = {"before": len(early), "after": len(late)}
+        # Where the order was lost, if it was: by the server's joined_at, and the joins' ms.
+        timed = [x for x in late if "ja" in x]
+        r["fairness_after_by_joined_at"] = spearman([x["ja"] for x in timed], [x["p"] for x in timed])
+        r["join_ms"] = {k: {"p50": pct([x["jd"] for x in g if "jd" in x], 50),
+                            "p99": pct([x["jd"] for x in g if "jd" in x], 99)}
+                        for k, g in (("before", early), ("after", late))}
+        r["next_look_ms"] = {"p50": pct([x["nl"] for x in recs if "nl" in x], 50),
+                             "max": max((x["nl"] for x in recs if "nl" in x), default=None)}
         places = [x["p"] for x in recs if "p" in x]
         passes = {x.get("pk") for x in got}
         r["admitted"] = len(admitted)

@@ -41,11 +41,11 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
            "opening second (`not_open` sent again at the opening, a retryable answer after "
            "its Retry-After, 20 tries at most, one Idempotency-Key)." if crowd else ""), "",
         f"The client: k6, {c['vus']} VUs each driving {per_vu} buyers as async tasks, each with "
-        f"its own state and timers (at most {c['inflight']} requests in flight per VU), not a VU "
-        "per buyer: on 2 cores 30,000 VUs would spend more CPU than the sale. k6 used "
-        f"{cores(s, 'client_cpu_s')} cores on average over the rush's {fmt(s['wall_s'])} s "
-        f"(start-up and the wait for the opening included), the instances "
-        f"{cores(s, 'service_cpu_s')}.", ""]
+        f"its own state and timers (at most {c['inflight']} requests in flight per VU, 3× as "
+        "many without a line), not a VU per buyer: on 2 cores 30,000 VUs would spend more CPU "
+        f"than the sale. From the opening to the last buyer's end ({fmt(s['wall_s'], 1)} s) k6 "
+        f"used {cores(s, 'client_cpu_s')} cores on average, the 3 instances "
+        f"{cores(s, 'service_cpu_s')} (the rest: PostgreSQL, ZooKeeper, the provider).", ""]
     out += ["## Targets", ""] + [f"- {'met' if ok else '**not met**'}: {w}"
                                  for ok, w in targets(r)] + [""]
     cols = [("rush (line)", s)] + ([("no line", crowd)] if crowd else [])
@@ -75,8 +75,11 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
         f"ρ before {fmt(x['fairness_before'], 3)}, after {fmt(x['fairness_after'], 3)}"
         if x["line"] else f"ρ(arrival, answer) {fmt(x['fairness_served'], 3)}; first "
         f"{fmt(c['units'])} arrivals served {fmt(100 * x['first_arrivals_served'], 1)} %"))
-    line("client CPU (cores, on average)", "–", lambda x: cores(x, "client_cpu_s"))
-    line("instances' CPU (cores, on average)", "–", lambda x: cores(x, "service_cpu_s"))
+    line("client / instances' CPU, opening to sell-out (cores)", "–", lambda x: (
+        f"{fmt(x['sale_cores']['client'], 2)} / {fmt(x['sale_cores']['service'], 2)}"
+        if x.get("sale_cores") else "–"))
+    line("client / instances' CPU, opening to the last buyer (cores)", "–",
+         lambda x: f"{cores(x, 'client_cpu_s')} / {cores(x, 'service_cpu_s')}")
     line("peak RSS per instance (MiB)", fmt(one.get("peak_rss_mib"), 1),
          lambda x: fmt(x["peak_rss_mib"], 1))
     out += ["## Side by side", ""] + rows + [""]
@@ -90,7 +93,7 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
             out.append(f"  - stopped early: " + ", ".join(f"{w} × {n}" for w, n in x["errors"].items()))
         if x["late_sends"]:
             out.append(f"  - {fmt(x['late_sends'])} first requests sent over 250 ms after their "
-                       "moment (the client behind)")
+                       f"moment (the client behind; p99 {fmt(x['client_lag_p99_ms'])} ms)")
         if x["line"]:
             ls = x["queue"]
             out.append(f"  - the line: {fmt(ls.get('joined'))} joined, "
@@ -98,6 +101,15 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
                        f"measured rate {fmt(ls.get('rate'))} orders/s; {fmt(x['admitted'])} "
                        f"buyers saw their pass, {fmt(x['admitted_wait_s']['p50'], 2)} s after the "
                        f"opening at the median, {fmt(x['admitted_wait_s']['max'], 2)} s at most")
+            j = x.get("join_ms", {})
+            out.append(f"  - joins: p50 / p99 {fmt(j.get('before', {}).get('p50'))} / "
+                       f"{fmt(j.get('before', {}).get('p99'))} ms before the opening, "
+                       f"{fmt(j.get('after', {}).get('p50'))} / {fmt(j.get('after', {}).get('p99'))} "
+                       "ms after; fairness after the opening by the server's `joined_at` "
+                       f"{fmt(x.get('fairness_after_by_joined_at'), 3)}; the longest "
+                       "`next_look_ms` a buyer was given in line: p50 "
+                       f"{fmt(x.get('next_look_ms', {}).get('p50'))} ms, at most "
+                       f"{fmt(x.get('next_look_ms', {}).get('max'))}")
     out.append("")
     if crowd:
         out += ["Checks of the sale without a line:", ""]

@@ -26,21 +26,24 @@ CREATE TABLE lines (
 
 -- One place per buyer. Who joins before the opening gets `draw` (random, 63 bits) and no
 -- place until the draw numbers them by it; who joins after gets the next place at once.
--- `spent_at`: when the buyer's pass was used (given back if its order was refused for a
--- passing reason).
+-- `seen_at`: when the buyer first looked after their place was let in (they hold their pass:
+-- the pace counts them on their way). `spent_at`: when the pass was used (given back if its
+-- order was refused for a passing reason).
 CREATE TABLE line_places (
     product_id BIGINT      NOT NULL REFERENCES lines (product_id),
     buyer      TEXT        NOT NULL,
     joined_at  TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
     draw       BIGINT,
     place      BIGINT,
+    seen_at    TIMESTAMPTZ,
     spent_at   TIMESTAMPTZ,
     PRIMARY KEY (product_id, buyer),
     CHECK (place IS NOT NULL OR draw IS NOT NULL)
 );
 CREATE UNIQUE INDEX line_places_by_place ON line_places (product_id, place) WHERE place IS NOT NULL;
--- The pace reads the passes spent lately.
+-- The pace reads the passes spent lately, and those seen lately.
 CREATE INDEX line_places_spent ON line_places (product_id, spent_at) WHERE spent_at IS NOT NULL;
+CREATE INDEX line_places_seen ON line_places (product_id, seen_at) WHERE seen_at IS NOT NULL;
 
 -- Each time places were let in: a pass's validity runs from its place's admission.
 CREATE TABLE line_admissions (

@@ -69,7 +69,9 @@ impl Application {
             .await
             .context("running database migrations")?;
         let buyers = Buyers::start(&config.buyers, &db).await?;
-        let line = Line::start(&db).await.context("reading the line's pass key")?;
+        let line = Line::start(&db)
+            .await
+            .context("reading the line's pass key")?;
         if config.seed_demo {
             inventory::seed_demo(&db, config.allow_unsafe_guards, config.batch_max)
                 .await

@@ -62,9 +62,14 @@ async fn join(
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?
     };
     let buyer = caller.buyer(who.user_id)?;
-    crate::buyers::Buyer::named(&buyer).map_err(|why| ApiError::invalid(format!("user_id {why}")))?;
+    crate::buyers::Buyer::named(&buyer)
+        .map_err(|why| ApiError::invalid(format!("user_id {why}")))?;
     let (place, created) = state.line.join(id, &buyer, Utc::now()).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok(with_next_look(status, place))
 }
 
@@ -78,6 +83,7 @@ async fn join(
             headers(("retry-after" = u64, description = "When to look again, in seconds"))),
         (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
         (status = 401, description = "`unauthenticated`, `invalid_token`", body = ErrorBody<'static>),
+        (status = 403, description = "`not_your_account`", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`, `not_in_line`", body = ErrorBody<'static>),
         (status = 409, description = "`no_line`", body = ErrorBody<'static>),
     ))]
@@ -110,6 +116,7 @@ fn with_next_look(status: StatusCode, place: Place) -> Response {
     responses(
         (status = 200, description = "The line", body = Summary),
         (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
         (status = 409, description = "`no_line`", body = ErrorBody<'static>),
     ))]
 async fn summary(

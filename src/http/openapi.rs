@@ -17,9 +17,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{PROBLEMS, PROBLEM_JSON};
 use super::AppState;
-use super::{
-    events, health, line, metrics, money, orders, problems, products, recipes, session,
-};
+use super::{events, health, line, metrics, money, orders, problems, products, recipes, session};
 use crate::inventory;
 
 #[derive(OpenApi)]

@@ -100,12 +100,18 @@ mod tests {
         };
         let before = window.refusal(at(-1)).expect("refused before the opening");
         assert_eq!(before.code(), "not_open");
-        assert_eq!(before.retry_after(), Some(std::time::Duration::from_secs(1)));
+        assert_eq!(
+            before.retry_after(),
+            Some(std::time::Duration::from_secs(1))
+        );
         assert!(window.is_open(at(0)));
         assert!(window.is_open(at(1)));
         // A fraction of a second before: still refused, Retry-After rounds up to a second.
         let just = window.refusal(at(0) - Duration::milliseconds(200)).unwrap();
-        assert_eq!(just.retry_after(), Some(std::time::Duration::from_millis(200)));
+        assert_eq!(
+            just.retry_after(),
+            Some(std::time::Duration::from_millis(200))
+        );
     }
 
     #[test]

@@ -62,9 +62,9 @@ struct Placed {
 /// A line as one read of it says.
 #[derive(Clone, Debug)]
 pub(crate) struct Snapshot {
-    pub drawn: bool,
+    /// When the draw numbered the line (the pace's clock starts there).
+    pub drawn_at: Option<DateTime<Utc>>,
     pub admitted: i64,
-    pub last_place: i64,
     pub rate: f64,
     pub window: Window,
     pub stock: i32,
@@ -188,7 +188,7 @@ impl Line {
             }
             _ => {
                 let row = sqlx::query!(
-                    "SELECT joined_at, place, spent_at FROM line_places
+                    "SELECT joined_at, place, seen_at, spent_at FROM line_places
                      WHERE product_id = $1 AND buyer = $2",
                     product_id,
                     buyer
@@ -199,6 +199,9 @@ impl Line {
                 if let Some(place) = row.place {
                     let joined_at = row.joined_at;
                     self.remember(product_id, buyer, Placed { place, joined_at });
+                    if place <= line.admitted && row.seen_at.is_none() {
+                        self.seen(product_id, buyer).await?;
+                    }
                 }
                 (row.joined_at, row.place, row.spent_at.is_some())
             }
@@ -207,6 +210,20 @@ impl Line {
         Ok(place::at(
             &line, product_id, buyer, joined_at, place, spent, pass, now,
         ))
+    }
+
+    /// The buyer has seen that their place was let in: from now their pass is on its way
+    /// (the pace counts it), once.
+    async fn seen(&self, product_id: i64, buyer: &str) -> Result<(), Error> {
+        sqlx::query!(
+            "UPDATE line_places SET seen_at = clock_timestamp()
+             WHERE product_id = $1 AND buyer = $2 AND seen_at IS NULL",
+            product_id,
+            buyer
+        )
+        .execute(&self.db)
+        .await?;
+        Ok(())
     }
 
     /// The line at a glance.
@@ -218,8 +235,10 @@ impl Line {
             product_id
         )
         .fetch_optional(&self.db)
-        .await?
-        .ok_or(Error::NoLine(product_id))?;
+        .await?;
+        let Some(row) = row else {
+            return Err(self.no_line(product_id).await);
+        };
         Ok(Summary {
             product_id,
             drawn: row.is_drawn,
@@ -313,7 +332,7 @@ impl Line {
             }
         }
         let row = sqlx::query!(
-            r#"SELECT l.drawn_at IS NOT NULL AS "drawn!", l.admitted, l.last_place, l.rate,
+            r#"SELECT l.drawn_at, l.admitted, l.rate,
                       p.opens_at, p.closes_at, p.paused, p.stock,
                       COALESCE((SELECT max(a.through) FROM line_admissions a
                                 WHERE a.product_id = l.product_id
@@ -332,16 +351,11 @@ impl Line {
         .fetch_optional(&self.db)
         .await?;
         let Some(row) = row else {
-            let exists = crate::inventory::stock(&self.db, product_id).await?;
-            return Err(match exists {
-                Some(_) => Error::NoLine(product_id),
-                None => Error::UnknownProduct(product_id),
-            });
+            return Err(self.no_line(product_id).await);
         };
         let line = Arc::new(Snapshot {
-            drawn: row.drawn,
+            drawn_at: row.drawn_at,
             admitted: row.admitted,
-            last_place: row.last_place,
             rate: row.rate,
             window: Window {
                 opens_at: row.opens_at,
@@ -356,6 +370,15 @@ impl Line {
         seen.lines
             .insert(product_id, (Instant::now(), line.clone()));
         Ok(line)
+    }
+
+    /// Why a product has no line: it has none, or there is no such product.
+    async fn no_line(&self, product_id: i64) -> Error {
+        match crate::inventory::stock(&self.db, product_id).await {
+            Ok(Some(_)) => Error::NoLine(product_id),
+            Ok(None) => Error::UnknownProduct(product_id),
+            Err(e) => e.into(),
+        }
     }
 
     fn recall(&self, product_id: i64, buyer: &str) -> Option<Placed> {

@@ -3,11 +3,15 @@
 //! line's advisory lock, the pace skips a line's row another instance holds), so an instance
 //! that dies takes no line with it.
 //!
-//! The pace is a window, as TCP's: the passes given in the last [`HORIZON`] and not yet
-//! spent are kept at `max(FLOOR, rate × AHEAD)`, where `rate` is the passes spent in the last
-//! second (the orders the shop answered the line's buyers). The line follows what the sale
-//! sustains, measured, with no configured rate: when orders slow, fewer are let in; when
-//! they speed up, the window grows with them.
+//! The pace is a window, as TCP's: the passes in buyers' hands (seen by their buyer in the
+//! last [`HORIZON`], not yet spent) are kept at `max(FLOOR, rate × AHEAD)`, where `rate` is
+//! the passes spent in the last second (the orders the shop answered the line's buyers). The
+//! line follows what the sale sustains, measured, with no configured rate: when orders slow,
+//! fewer are let in; when they speed up, the window grows with them. A place let in whose
+//! buyer has not looked yet counts for [`UNSEEN`] only: a buyer who comes late (or never)
+//! does not hold back the ones behind them for long. And never are more passes in hands than
+//! units left: at the end of a sale the line lets in only whom the stock can serve, and tells
+//! the rest `sold_out` as soon as it is gone.
 
 use std::time::Duration;
 
@@ -21,8 +25,10 @@ const TICK: Duration = Duration::from_millis(100);
 const FLOOR: i64 = 200;
 /// How many seconds of the measured pace are let in ahead of it.
 const AHEAD: f64 = 2.0;
-/// A pass not spent this long after its admission no longer counts as on its way.
+/// A pass not spent this long after its buyer first saw it no longer counts as on its way.
 const HORIZON: Duration = Duration::from_secs(10);
+/// A place let in whose buyer has not looked this long after no longer counts as on its way.
+const UNSEEN: Duration = Duration::from_secs(2);
 
 /// Ticks until the task is dropped.
 pub async fn run(db: PgPool) {
@@ -77,9 +83,9 @@ async fn draw(db: &PgPool, product_id: i64) -> Result<(), Error> {
 async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
     let mut tx = db.begin().await?;
     let Some(line) = sqlx::query!(
-        "SELECT admitted, last_place FROM lines
-         WHERE product_id = $1 AND paced_at < clock_timestamp() - make_interval(secs => $2)
-         FOR UPDATE SKIP LOCKED",
+        "SELECT l.admitted, l.last_place, p.stock FROM lines l JOIN products p ON p.id = l.product_id
+         WHERE l.product_id = $1 AND l.paced_at < clock_timestamp() - make_interval(secs => $2)
+         FOR UPDATE OF l SKIP LOCKED",
         product_id,
         TICK.as_secs_f64() * 0.8
     )
@@ -93,19 +99,25 @@ async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
              (SELECT count(*) FROM line_places
               WHERE product_id = $1 AND spent_at > clock_timestamp() - interval '1 second') AS "spent!",
              (SELECT count(*) FROM line_places
-              WHERE product_id = $1 AND spent_at IS NULL AND place <= $2
+              WHERE product_id = $1 AND spent_at IS NULL
+                AND seen_at > clock_timestamp() - make_interval(secs => $2)
+             ) AS "seen!",
+             (SELECT count(*) FROM line_places
+              WHERE product_id = $1 AND spent_at IS NULL AND seen_at IS NULL AND place <= $4
                 AND place > COALESCE((SELECT max(through) FROM line_admissions
                                       WHERE product_id = $1
                                         AND at <= clock_timestamp() - make_interval(secs => $3)), 0)
-             ) AS "on_their_way!""#,
+             ) AS "unseen!""#,
         product_id,
-        line.admitted,
-        HORIZON.as_secs_f64()
+        HORIZON.as_secs_f64(),
+        UNSEEN.as_secs_f64(),
+        line.admitted
     )
     .fetch_one(&mut *tx)
     .await?;
     let rate = seen.spent as f64;
-    let room = window(rate) - seen.on_their_way;
+    let on_their_way = seen.seen + seen.unseen;
+    let room = window(rate).min(i64::from(line.stock)) - on_their_way;
     let let_in = room.clamp(0, line.last_place - line.admitted);
     sqlx::query!(
         "UPDATE lines SET admitted = admitted + $2, rate = $3, paced_at = clock_timestamp()

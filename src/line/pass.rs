@@ -111,15 +111,15 @@ mod tests {
         let other = Key::new(&[2; 32]).sign(&pass());
         assert!(why(key.verify(&other, 7, "alice", now)).contains("did not give"));
         let (_, tag) = raw.split_once('.').unwrap();
-        let richer = Pass {
-            place: 1,
-            ..pass()
-        };
+        let richer = Pass { place: 1, ..pass() };
         let claims = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&richer).unwrap());
         let tampered = format!("{claims}.{tag}");
         assert!(why(key.verify(&tampered, 7, "alice", now)).contains("did not give"));
         for junk in ["", "x", "a.b.c", &"a".repeat(600)] {
-            assert_eq!(key.verify(junk, 7, "alice", now).unwrap_err().code(), "invalid_pass");
+            assert_eq!(
+                key.verify(junk, 7, "alice", now).unwrap_err().code(),
+                "invalid_pass"
+            );
         }
     }
 }

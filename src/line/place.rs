@@ -9,9 +9,14 @@ use serde::Serialize;
 use super::Snapshot;
 use crate::inventory::SaleState;
 
-/// The soonest a buyer is asked to look again, and the latest.
+/// The soonest a buyer is asked to look again, and the latest (in line, and before the
+/// opening).
 const SOONEST: Duration = Duration::from_millis(250);
+const LATEST_IN_LINE: Duration = Duration::from_secs(10);
 const LATEST: Duration = Duration::from_secs(30);
+/// Who waits for the opening come back within this much after it, spread at random: the
+/// crowd's first looks are not one burst at its second.
+const OPENING_SPREAD_MS: u64 = 1000;
 /// What a buyer who needs not look again is told anyway (a final state may still change
 /// for them: a pass expires, a paused sale resumes).
 const SETTLED: Duration = Duration::from_secs(5);
@@ -61,6 +66,23 @@ pub struct Place {
     pub server_time: DateTime<Utc>,
 }
 
+/// How fast the line lets people in, places a second: what it measured the shop serving,
+/// or, while that still grows (the first seconds of a sale), how fast it has let in since its
+/// draw, if faster. The optimistic of the two: a buyer who looks too early looks once more; one
+/// who looks too late is late.
+fn pace(line: &Snapshot, now: DateTime<Utc>) -> f64 {
+    let since_draw = line
+        .drawn_at
+        .and_then(|drawn| (now - drawn).to_std().ok())
+        .map_or(0.0, |since| since.as_secs_f64().max(0.1));
+    let let_in = if since_draw > 0.0 {
+        line.admitted as f64 / since_draw
+    } else {
+        0.0
+    };
+    line.rate.max(let_in)
+}
+
 /// The place of `buyer` in `line` at `now`. `pass`: the signed pass, if their place was let in
 /// and it is still valid.
 #[allow(clippy::too_many_arguments)] // the parts of one answer
@@ -87,24 +109,27 @@ pub(super) fn at(
         (_, Some(_)) => PlaceState::InLine,
     };
     let ahead = place.map(|p| (p - line.admitted - 1).max(0));
+    let pace = pace(line, now);
     let estimated = match (state, ahead) {
-        (PlaceState::InLine, Some(ahead)) if line.rate > 0.0 => Some(ahead as f64 / line.rate),
         (PlaceState::InLine, Some(0)) => Some(0.0),
+        (PlaceState::InLine, Some(ahead)) if pace > 0.0 => Some(ahead as f64 / pace),
         _ => None,
     };
     let next_look = match state {
-        // Come back at the opening: the draw has numbered everyone by then.
+        // Come back at the opening (the draw numbers everyone then), within a second of it.
         PlaceState::Waiting => line
             .window
             .opens_at
             .and_then(|opens| (opens - now).to_std().ok())
-            .unwrap_or(SOONEST),
+            .map_or(SOONEST, |wait| {
+                (wait + Duration::from_millis(fastrand::u64(..OPENING_SPREAD_MS))).min(LATEST)
+            }),
         // Half the estimated wait: the estimate firms up as the head comes near, and the
         // number of looks a buyer makes grows with the log of their distance, not with it.
         PlaceState::InLine => match estimated {
-            Some(wait) => Duration::from_secs_f64(wait / 2.0),
-            // Not measured yet (the first second of a sale): by distance alone.
-            None => Duration::from_millis(ahead.unwrap_or(0).unsigned_abs() * 2),
+            Some(wait) => Duration::from_secs_f64(wait / 2.0).min(LATEST_IN_LINE),
+            // Nobody let in yet (the draw's first tick): very soon.
+            None => SOONEST,
         },
         _ => SETTLED,
     };
@@ -123,7 +148,7 @@ pub(super) fn at(
         admitted: line.admitted,
         rate: line.rate,
         estimated_wait_s: estimated,
-        next_look_ms: next_look.clamp(SOONEST, LATEST).as_millis() as u64,
+        next_look_ms: next_look.max(SOONEST).as_millis() as u64,
         pass,
         pass_expires_at,
         server_time: now,
@@ -137,9 +162,8 @@ mod tests {
 
     fn line(admitted: i64, rate: f64) -> Snapshot {
         Snapshot {
-            drawn: true,
+            drawn_at: None,
             admitted,
-            last_place: 1000,
             rate,
             window: Window::default(),
             stock: 10,
@@ -166,19 +190,33 @@ mod tests {
         assert!(near.next_look_ms < far.next_look_ms);
         assert_eq!(far.estimated_wait_s, Some(799.0 / 50.0));
         assert_eq!(far.next_look_ms, 7990);
+        // While the measured pace lags the line's (its first seconds), the line's counts.
+        let mut early = line.clone();
+        early.rate = 10.0;
+        early.drawn_at = Some(now() - chrono::Duration::seconds(1));
+        assert_eq!(
+            look(&early, Some(900)).estimated_wait_s,
+            Some(799.0 / 100.0)
+        );
         // Never sooner than the floor, never later than the ceiling.
         assert_eq!(look(&line, Some(101)).next_look_ms, 250);
-        assert_eq!(look(&line, Some(100_000)).next_look_ms, 30_000);
+        assert_eq!(look(&line, Some(100_000)).next_look_ms, 10_000);
     }
 
     #[test]
     fn before_the_opening_a_buyer_waits_for_the_draw_and_looks_again_at_it() {
         let mut line = line(0, 0.0);
-        line.drawn = false;
         line.window.opens_at = Some(now() + chrono::Duration::seconds(8));
         let waiting = look(&line, None);
-        assert_eq!((waiting.state, waiting.place, waiting.ahead), (PlaceState::Waiting, None, None));
-        assert_eq!(waiting.next_look_ms, 8000);
+        assert_eq!(
+            (waiting.state, waiting.place, waiting.ahead),
+            (PlaceState::Waiting, None, None)
+        );
+        assert!(
+            (8000..9000).contains(&waiting.next_look_ms),
+            "{}",
+            waiting.next_look_ms
+        );
     }
 
     #[test]
@@ -186,7 +224,10 @@ mod tests {
         let line = line(100, 50.0);
         let pass = Some(("p".to_string(), now()));
         let admitted = at(&line, 1, "alice", now(), Some(50), false, pass, now());
-        assert_eq!((admitted.state, admitted.pass.as_deref()), (PlaceState::Admitted, Some("p")));
+        assert_eq!(
+            (admitted.state, admitted.pass.as_deref()),
+            (PlaceState::Admitted, Some("p"))
+        );
         assert_eq!(look(&line, Some(50)).state, PlaceState::Expired);
         let bought = at(&line, 1, "alice", now(), Some(50), true, None, now());
         assert_eq!(bought.state, PlaceState::Bought);

@@ -229,7 +229,9 @@ impl Decided<'_> {
                     self.terms.max_per_order
                 ))),
                 Verdict::Superseded => Err(Error::IdempotencyInProgress),
-                Verdict::OffSale => Err(self.terms.window.refusal(self.at).unwrap_or(Error::Closed)),
+                Verdict::OffSale => {
+                    Err(self.terms.window.refusal(self.at).unwrap_or(Error::Closed))
+                }
                 _ => Ok(written.next().expect("a row per written verdict")),
             })
             .collect();

@@ -15,8 +15,9 @@ const REFUSAL_COST = 0.5;
 // Passes out at a time: three ticks of the shop's pace (the server: rate × 2 s), and never
 // more than the units left, so that nobody let in finds the stock gone.
 const WINDOW = 3 * CAPACITY;
-// Loading the page, finding the button: a buyer who arrives late is not ready at T0.
-const LOADING_MS = 4000;
+// Loading the page (slow, in a rush), finding the button: a buyer who arrives late is not
+// ready at T0, and the later, the less ready.
+const LOADING_MS = 8000;
 const GIVE_UP_MS = 60_000; // a sale not over a minute after T0 is called over
 
 const FINAL = new Set(['bought', 'sold_out']);

@@ -14,7 +14,7 @@ import { TICK_MS, crowd, lane, results, seeded } from './rush-model.js';
 const LANES = ['line', 'crowd'];
 const STATS = ['sold_out_in', 'sent', 'refused', 'peak', 'fairness', 'bots'];
 const LEGEND = ['away', 'waiting', 'admitted', 'bought', 'refused', 'sold_out', 'bot'];
-const FAST_MS = 25; // a tick before the opening: the ten seconds in two and a half
+const FAST_MS = 25; // a tick played fast: the ten seconds before the opening in two and a half
 const DRAW_MS = 1500; // the draw, shown on its own
 const MOVE_MS = 1000; // dots moving to their new places
 
@@ -160,7 +160,9 @@ async function play() {
     for (const k of LANES) if (!lanes[k].done) lanes[k].step();
     const now = Math.max(...LANES.map((k) => lanes[k].t));
     show(now < 0 ? 'before' : now === 0 ? 'draw' : 'selling');
-    await sleep(now < 0 ? FAST_MS : now === 0 ? DRAW_MS : TICK_MS);
+    // Before the opening, and once both lanes sold out (the late learn it), fast; the draw, slow.
+    const over = LANES.every((k) => lanes[k].soldOutAt !== null);
+    await sleep(now === 0 ? DRAW_MS : now < 0 || over ? FAST_MS : TICK_MS);
   }
   show('done');
 }

@@ -139,23 +139,37 @@ async fn the_opening_shuffles_who_came_before_and_who_come_after_queue_in_order(
     let mut places = Vec::new();
     for buyer in &early {
         let me = look(base, id, buyer).await;
-        places.push(me.body["place"].as_i64().unwrap_or_else(|| panic!("{me:?}")));
+        places.push(
+            me.body["place"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{me:?}")),
+        );
     }
     let mut sorted = places.clone();
     sorted.sort();
-    assert_eq!(sorted, (1..=200).collect::<Vec<i64>>(), "each a place of its own");
+    assert_eq!(
+        sorted,
+        (1..=200).collect::<Vec<i64>>(),
+        "each a place of its own"
+    );
     // Joining order says nothing of the place: |ρ| < 0.4 fails by chance once in ~10⁸.
     let order: Vec<f64> = (1..=200).map(f64::from).collect();
     let drawn: Vec<f64> = places.iter().map(|&p| p as f64).collect();
     let rho = spearman(&order, &drawn);
-    assert!(rho.abs() < 0.4, "rank correlation {rho} between joining and place");
+    assert!(
+        rho.abs() < 0.4,
+        "rank correlation {rho} between joining and place"
+    );
     // After the draw: first come, first served, behind everyone drawn.
     for (i, buyer) in ["late-a", "late-b", "late-c"].iter().enumerate() {
         let joined = join(base, id, buyer).await;
         assert_eq!(joined.body["place"], 201 + i as i64, "{joined:?}");
     }
     let line = summary(base, id).await;
-    assert_eq!((line["joined"].clone(), line["drawn_places"].clone()), (json!(203), json!(200)));
+    assert_eq!(
+        (line["joined"].clone(), line["drawn_places"].clone()),
+        (json!(203), json!(200))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,11 +191,27 @@ async fn a_pass_buys_once_and_no_bad_pass_buys_at_all() {
         assert_eq!((reply.status, reply.code()), (status, code), "{reply:?}");
         assert!(!reply.retryable());
     };
-    refused(buy(base, id, "alice", None).await, StatusCode::FORBIDDEN, "not_admitted");
+    refused(
+        buy(base, id, "alice", None).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    );
     let forged = format!("{}x", &pass[..pass.len() - 1]);
-    refused(buy(base, id, "alice", Some(&forged)).await, StatusCode::FORBIDDEN, "invalid_pass");
-    refused(buy(base, id, "alice", bob["pass"].as_str()).await, StatusCode::FORBIDDEN, "invalid_pass");
-    refused(buy(base, id, "alice", elsewhere["pass"].as_str()).await, StatusCode::FORBIDDEN, "invalid_pass");
+    refused(
+        buy(base, id, "alice", Some(&forged)).await,
+        StatusCode::FORBIDDEN,
+        "invalid_pass",
+    );
+    refused(
+        buy(base, id, "alice", bob["pass"].as_str()).await,
+        StatusCode::FORBIDDEN,
+        "invalid_pass",
+    );
+    refused(
+        buy(base, id, "alice", elsewhere["pass"].as_str()).await,
+        StatusCode::FORBIDDEN,
+        "invalid_pass",
+    );
     // Expired: signed with the deployment's own key, its validity over a second ago.
     let secret: Vec<u8> = sqlx::query_scalar("SELECT secret FROM line_key")
         .fetch_one(&env.db)
@@ -202,7 +232,11 @@ async fn a_pass_buys_once_and_no_bad_pass_buys_at_all() {
     let bought = buy(base, id, "alice", Some(pass)).await;
     assert_eq!(bought.status, StatusCode::CREATED, "{bought:?}");
     assert_eq!(look(base, id, "alice").await.body["state"], "bought");
-    refused(buy(base, id, "alice", Some(pass)).await, StatusCode::CONFLICT, "pass_used");
+    refused(
+        buy(base, id, "alice", Some(pass)).await,
+        StatusCode::CONFLICT,
+        "pass_used",
+    );
     assert_eq!(env.total_orders().await, 1);
     assert_eq!(env.stock(id).await, 9);
 }
@@ -215,7 +249,10 @@ async fn a_restart_of_an_instance_mid_line_loses_no_place() {
     let id = upcoming(&one.base_url, 100).await;
     let buyers: Vec<String> = (0..20).map(|i| format!("buyer-{i}")).collect();
     for buyer in &buyers {
-        assert_eq!(join(&one.base_url, id, buyer).await.status, StatusCode::CREATED);
+        assert_eq!(
+            join(&one.base_url, id, buyer).await.status,
+            StatusCode::CREATED
+        );
     }
     open_now(&one.base_url, id).await;
     wait_until(std::time::Duration::from_secs(30), "the draw", || async {
@@ -235,9 +272,18 @@ async fn a_restart_of_an_instance_mid_line_loses_no_place() {
     }
     // The line goes on from where it was, through either instance.
     let admitted = until_state(&two.base_url, id, "buyer-7", "admitted").await;
-    let bought = buy(&restarted.base_url, id, "buyer-7", admitted["pass"].as_str()).await;
+    let bought = buy(
+        &restarted.base_url,
+        id,
+        "buyer-7",
+        admitted["pass"].as_str(),
+    )
+    .await;
     assert_eq!(bought.status, StatusCode::CREATED, "{bought:?}");
-    assert_eq!(join(&restarted.base_url, id, "buyer-3").await.status, StatusCode::OK);
+    assert_eq!(
+        join(&restarted.base_url, id, "buyer-3").await.status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -245,28 +291,44 @@ async fn sold_out_ends_the_wait_of_everyone_not_let_in() {
     let env = TestEnv::new().await;
     let app = env.spawn_app(&[]).await;
     let base = &app.base_url;
-    let id = open_line(base, 1).await;
-    // More than the line's first window lets in (200): the last ones wait.
-    for i in 0..205 {
-        assert_eq!(join(base, id, &format!("b{i}")).await.status, StatusCode::CREATED);
+    // Two units: the line never has more passes in hands than units left, so two are let in.
+    let id = open_line(base, 2).await;
+    for i in 0..10 {
+        assert_eq!(
+            join(base, id, &format!("b{i}")).await.status,
+            StatusCode::CREATED
+        );
     }
     let first = until_state(base, id, "b0", "admitted").await;
-    assert_eq!(first["place"], 1);
-    let last = look(base, id, "b204").await;
+    let second = until_state(base, id, "b1", "admitted").await;
+    assert_eq!(
+        (first["place"].clone(), second["place"].clone()),
+        (json!(1), json!(2))
+    );
+    let last = look(base, id, "b9").await;
     assert_eq!(last.body["state"], "in_line", "{last:?}");
-    assert!(last.body["ahead"].as_i64().unwrap() > 0);
+    assert_eq!(last.body["ahead"], 7, "{last:?}");
     let bought = buy(base, id, "b0", first["pass"].as_str()).await;
     assert_eq!(bought.status, StatusCode::CREATED, "{bought:?}");
-    let told = until_state(base, id, "b204", "sold_out").await;
+    // A refused order gives its pass back: over b1's limit of one unit, then one unit.
+    let pass = second["pass"].as_str();
+    let body = json!({ "product_id": id, "user_id": "b1", "quantity": 2, "pass": pass });
+    let over = send(http().post(format!("{base}/orders")).json(&body))
+        .await
+        .unwrap();
+    assert_eq!(over.code(), "purchase_limit", "{over:?}");
+    assert_eq!(look(base, id, "b1").await.body["state"], "admitted");
+    let bought = buy(base, id, "b1", pass).await;
+    assert_eq!(bought.status, StatusCode::CREATED, "{bought:?}");
+    // Sold out: everyone still in line is told so at their next look, and nobody joins.
+    let told = until_state(base, id, "b9", "sold_out").await;
     assert_eq!(told["pass"], Value::Null);
+    assert_eq!(look(base, id, "b2").await.body["state"], "sold_out");
+    assert_eq!(join(base, id, "newcomer").await.code(), "sold_out");
     assert_eq!(
-        join(base, id, "newcomer").await.code(),
-        "sold_out",
-        "a sold-out line takes nobody"
+        summary(base, id).await["admitted"],
+        2,
+        "nobody let in past the stock"
     );
-    let second = until_state(base, id, "b1", "admitted").await;
-    let gone = buy(base, id, "b1", second["pass"].as_str()).await;
-    assert_eq!(gone.code(), "sold_out", "{gone:?}");
-    assert_eq!(look(base, id, "b1").await.body["state"], "admitted", "a refused order gives the pass back");
     assert_eq!(audit(base, id).await["consistent"], true);
 }

@@ -61,10 +61,22 @@ async fn demo_products_are_seeded_once_however_many_instances_start() {
     // One set, from whichever seeder won: the unsafe set or the safe one, never both. The
     // batched products take the instance's `--batch-max` (default 256). The unsafe set ends
     // with the line's demo: a sale that opens a minute after the start.
-    let unsafe_set = [("zk", 1), ("none", 1), ("zk-herd", 1), ("zk", 256), ("zk", 256)];
+    let unsafe_set = [
+        ("zk", 1),
+        ("none", 1),
+        ("zk-herd", 1),
+        ("zk", 256),
+        ("zk", 256),
+    ];
     let safe_set = [("zk", 256), ("pg-atomic", 256)];
     assert!(guards == unsafe_set || guards == safe_set, "{guards:?}");
-    let lines: Vec<bool> = products.body.as_array().unwrap().iter().map(|p| p["line"] == true).collect();
+    let lines: Vec<bool> = products
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["line"] == true)
+        .collect();
     if guards == unsafe_set {
         assert_eq!(lines, [false, false, false, false, true]);
         assert_eq!(products.body[4]["state"], "upcoming");

@@ -41,9 +41,13 @@ async fn change_terms(base: &str, id: i64, change: Value) -> Reply {
 }
 
 async fn admin_post(base: &str, path: &str) -> Reply {
-    send(http().post(format!("{base}{path}")).bearer_auth(ADMIN_TOKEN))
-        .await
-        .unwrap()
+    send(
+        http()
+            .post(format!("{base}{path}"))
+            .bearer_auth(ADMIN_TOKEN),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -68,7 +72,10 @@ async fn an_order_before_the_opening_is_refused_and_once_it_opens_taken() {
     assert_eq!(early.code(), "not_open");
     assert!(early.retryable());
     let wait: u64 = early.retry_after.as_deref().unwrap().parse().unwrap();
-    assert!((3500..=3600).contains(&wait), "Retry-After {wait}s to the opening");
+    assert!(
+        (3500..=3600).contains(&wait),
+        "Retry-After {wait}s to the opening"
+    );
     let said: DateTime<Utc> = early.body["opens_at"].as_str().unwrap().parse().unwrap();
     assert_eq!(said.timestamp_millis(), opens.timestamp_millis());
     // Decided before anything was written: no row, no key, no lock node, the stock whole.
@@ -105,7 +112,11 @@ async fn a_closing_or_a_pause_through_one_instance_holds_on_another() {
         json!({ "stock": 10, "per_user_limit": 10, "closes_at": rfc3339(closes) }),
     )
     .await;
-    assert_eq!(product(base, id).await["line"], false, "no opening, no line");
+    assert_eq!(
+        product(base, id).await["line"],
+        false,
+        "no opening, no line"
+    );
     // Instance one keeps the terms: open, closing in an hour.
     let first = place_order(&http(), base, id, "alice").await.unwrap();
     assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
@@ -113,7 +124,10 @@ async fn a_closing_or_a_pause_through_one_instance_holds_on_another() {
     // Paused through two: one's copy says open, its lock cycle reads the row.
     let paused = admin_post(&two.base_url, &format!("/api/products/{id}/pause")).await;
     assert_eq!(paused.status, StatusCode::OK, "{paused:?}");
-    assert_eq!((paused.body["paused"].clone(), paused.body["state"].clone()), (json!(true), json!("paused")));
+    assert_eq!(
+        (paused.body["paused"].clone(), paused.body["state"].clone()),
+        (json!(true), json!("paused"))
+    );
     let refused = place_order(&http(), base, id, "alice").await.unwrap();
     assert_eq!(refused.status, StatusCode::CONFLICT, "{refused:?}");
     assert_eq!(refused.code(), "paused");
@@ -137,7 +151,11 @@ async fn a_closing_or_a_pause_through_one_instance_holds_on_another() {
     assert_eq!(late.status, StatusCode::CONFLICT, "{late:?}");
     assert_eq!(late.code(), "closed");
     assert!(!late.retryable());
-    assert_eq!(env.stock(id).await, 8, "two sold, nothing after the pause or the closing");
+    assert_eq!(
+        env.stock(id).await,
+        8,
+        "two sold, nothing after the pause or the closing"
+    );
     assert_eq!(audit(base, id).await["consistent"], true);
 }
 
@@ -151,21 +169,37 @@ async fn a_window_is_the_admins_and_its_closing_comes_after_its_opening() {
         let url = format!("{base}/api/products");
         async move {
             let mut full = json!({ "name": "x", "price_cents": 1, "stock": 1 });
-            full.as_object_mut().unwrap().extend(body.as_object().unwrap().clone());
-            send(http().post(url).bearer_auth(ADMIN_TOKEN).json(&full)).await.unwrap()
+            full.as_object_mut()
+                .unwrap()
+                .extend(body.as_object().unwrap().clone());
+            send(http().post(url).bearer_auth(ADMIN_TOKEN).json(&full))
+                .await
+                .unwrap()
         }
     };
-    let backwards = create(json!({ "opens_at": rfc3339(now), "closes_at": rfc3339(now - Duration::seconds(1)) })).await;
-    assert_eq!((backwards.status, backwards.code()), (StatusCode::BAD_REQUEST, "invalid_request"));
+    let backwards = create(
+        json!({ "opens_at": rfc3339(now), "closes_at": rfc3339(now - Duration::seconds(1)) }),
+    )
+    .await;
+    assert_eq!(
+        (backwards.status, backwards.code()),
+        (StatusCode::BAD_REQUEST, "invalid_request")
+    );
     let garbled = create(json!({ "opens_at": "tomorrow at noon" })).await;
     assert_eq!(garbled.code(), "invalid_request", "{garbled:?}");
     let id = create_product(base, 1, "zk").await;
-    let anonymous = send(http().post(format!("{base}/api/products/{id}/pause"))).await.unwrap();
+    let anonymous = send(http().post(format!("{base}/api/products/{id}/pause")))
+        .await
+        .unwrap();
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{anonymous:?}");
     let unknown = admin_post(base, "/api/products/999999/pause").await;
     assert_eq!(unknown.code(), "unknown_product");
     let backwards = change_terms(base, id, json!({ "opens_at": rfc3339(now + Duration::hours(2)), "closes_at": rfc3339(now + Duration::hours(1)) })).await;
     assert_eq!(backwards.code(), "invalid_request", "{backwards:?}");
-    assert_eq!(product(base, id).await["terms_version"], 1, "nothing changed");
+    assert_eq!(
+        product(base, id).await["terms_version"],
+        1,
+        "nothing changed"
+    );
     assert_eq!(env.total_orders().await, 0);
 }

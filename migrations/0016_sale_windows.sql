@@ -12,7 +12,8 @@ ALTER TABLE products
 
 -- A product's line (waiting room): one row, which every instance reads and one at a time
 -- writes. `drawn_at` NULL: the opening's draw has not happened; `last_place`: the highest
--- place given so far; places 1..`admitted` are let in. `paced_at`: when an instance last
+-- place given so far; places 1..`admitted` are let in. `window_size`: how many passes may be
+-- in buyers' hands (the pace's, see src/line/pace.rs). `paced_at`: when an instance last
 -- let places in (one instance a tick: the others skip the locked row).
 CREATE TABLE lines (
     product_id   BIGINT           PRIMARY KEY REFERENCES products (id),
@@ -21,14 +22,16 @@ CREATE TABLE lines (
     last_place   BIGINT           NOT NULL DEFAULT 0 CHECK (last_place >= drawn),
     admitted     BIGINT           NOT NULL DEFAULT 0 CHECK (admitted >= 0 AND admitted <= last_place),
     rate         DOUBLE PRECISION NOT NULL DEFAULT 0,
-    paced_at     TIMESTAMPTZ      NOT NULL DEFAULT '-infinity'
+    window_size  BIGINT           NOT NULL DEFAULT 200 CHECK (window_size > 0),
+    paced_at     TIMESTAMPTZ      NOT NULL DEFAULT 'epoch'
 );
 
 -- One place per buyer. Who joins before the opening gets `draw` (random, 63 bits) and no
 -- place until the draw numbers them by it; who joins after gets the next place at once.
 -- `seen_at`: when the buyer first looked after their place was let in (they hold their pass:
 -- the pace counts them on their way). `spent_at`: when the pass was used (given back if its
--- order was refused for a passing reason).
+-- order was refused). `refused_at`: when its order was last refused for the shop's load (a
+-- full queue, a lock not granted in time): the pace's sign to let in fewer.
 CREATE TABLE line_places (
     product_id BIGINT      NOT NULL REFERENCES lines (product_id),
     buyer      TEXT        NOT NULL,
@@ -37,6 +40,7 @@ CREATE TABLE line_places (
     place      BIGINT,
     seen_at    TIMESTAMPTZ,
     spent_at   TIMESTAMPTZ,
+    refused_at TIMESTAMPTZ,
     PRIMARY KEY (product_id, buyer),
     CHECK (place IS NOT NULL OR draw IS NOT NULL)
 );
@@ -44,6 +48,7 @@ CREATE UNIQUE INDEX line_places_by_place ON line_places (product_id, place) WHER
 -- The pace reads the passes spent lately, and those seen lately.
 CREATE INDEX line_places_spent ON line_places (product_id, spent_at) WHERE spent_at IS NOT NULL;
 CREATE INDEX line_places_seen ON line_places (product_id, seen_at) WHERE seen_at IS NOT NULL;
+CREATE INDEX line_places_refused ON line_places (product_id, refused_at) WHERE refused_at IS NOT NULL;
 
 -- Each time places were let in: a pass's validity runs from its place's admission.
 CREATE TABLE line_admissions (

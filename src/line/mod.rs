@@ -282,15 +282,17 @@ impl Line {
         }
     }
 
-    /// Gives a spent pass back: its order was refused for a passing reason, and the buyer
-    /// may try again while it is valid.
-    pub async fn give_back(&self, pass: &Pass) {
+    /// Gives a spent pass back: its order bought nothing, and the buyer may try again while
+    /// it is valid. `overloaded`: it was refused for the shop's load (the pace lets in fewer).
+    pub async fn give_back(&self, pass: &Pass, overloaded: bool) {
         let given = sqlx::query!(
-            "UPDATE line_places SET spent_at = NULL
+            "UPDATE line_places SET spent_at = NULL,
+                    refused_at = CASE WHEN $4 THEN clock_timestamp() ELSE refused_at END
              WHERE product_id = $1 AND buyer = $2 AND place = $3",
             pass.product_id,
             pass.buyer,
-            pass.place
+            pass.place,
+            overloaded
         )
         .execute(&self.db)
         .await;

@@ -3,15 +3,16 @@
 //! line's advisory lock, the pace skips a line's row another instance holds), so an instance
 //! that dies takes no line with it.
 //!
-//! The pace is a window, as TCP's: the passes in buyers' hands (seen by their buyer in the
-//! last [`HORIZON`], not yet spent) are kept at `max(FLOOR, rate × AHEAD)`, where `rate` is
-//! the passes spent in the last second (the orders the shop answered the line's buyers). The
-//! line follows what the sale sustains, measured, with no configured rate: when orders slow,
-//! fewer are let in; when they speed up, the window grows with them. A place let in whose
-//! buyer has not looked yet counts for [`UNSEEN`] only: a buyer who comes late (or never)
-//! does not hold back the ones behind them for long. And never are more passes in hands than
-//! units left: at the end of a sale the line lets in only whom the stock can serve, and tells
-//! the rest `sold_out` as soon as it is gone.
+//! The pace is a window, as TCP's congestion window: the passes in buyers' hands (seen by
+//! their buyer in the last [`HORIZON`], not yet spent) are kept under it. It starts at
+//! [`FLOOR`] and doubles every [`DOUBLING`] while it is used and the shop turns nobody away;
+//! an order of the line's refused for the shop's load (a full queue, a lock not granted in
+//! time) halves it. It never falls below what the shop was measured to serve in the last
+//! second times [`AHEAD`]. So the line follows what the sale sustains, measured, with no
+//! configured rate. A place let in whose buyer has not looked yet counts for [`UNSEEN`] only:
+//! a buyer who comes late (or never) does not hold back the ones behind them for long. And
+//! never are more passes in hands than units left: at the end of a sale the line lets in
+//! only whom the stock can serve, and tells the rest `sold_out` as soon as it is gone.
 
 use std::time::Duration;
 
@@ -23,8 +24,12 @@ use crate::error::Error;
 const TICK: Duration = Duration::from_millis(100);
 /// The window before anything is measured, and its least.
 const FLOOR: i64 = 200;
-/// How many seconds of the measured pace are let in ahead of it.
+/// The largest window: a bound, not a pace (a sale's crowd is let in far below it).
+const MAX_WINDOW: i64 = 1_000_000;
+/// How many seconds of the measured pace are let in ahead of it, at least.
 const AHEAD: f64 = 2.0;
+/// How fast an unused window grows while the shop turns nobody away.
+const DOUBLING: Duration = Duration::from_millis(500);
 /// A pass not spent this long after its buyer first saw it no longer counts as on its way.
 const HORIZON: Duration = Duration::from_secs(10);
 /// A place let in whose buyer has not looked this long after no longer counts as on its way.
@@ -83,7 +88,8 @@ async fn draw(db: &PgPool, product_id: i64) -> Result<(), Error> {
 async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
     let mut tx = db.begin().await?;
     let Some(line) = sqlx::query!(
-        "SELECT l.admitted, l.last_place, p.stock FROM lines l JOIN products p ON p.id = l.product_id
+        "SELECT l.admitted, l.last_place, l.window_size, l.paced_at, p.stock
+         FROM lines l JOIN products p ON p.id = l.product_id
          WHERE l.product_id = $1 AND l.paced_at < clock_timestamp() - make_interval(secs => $2)
          FOR UPDATE OF l SKIP LOCKED",
         product_id,
@@ -107,24 +113,30 @@ async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
                 AND place > COALESCE((SELECT max(through) FROM line_admissions
                                       WHERE product_id = $1
                                         AND at <= clock_timestamp() - make_interval(secs => $3)), 0)
-             ) AS "unseen!""#,
+             ) AS "unseen!",
+             (SELECT count(*) FROM line_places
+              WHERE product_id = $1 AND refused_at > $5) AS "refused!""#,
         product_id,
         HORIZON.as_secs_f64(),
         UNSEEN.as_secs_f64(),
-        line.admitted
+        line.admitted,
+        line.paced_at
     )
     .fetch_one(&mut *tx)
     .await?;
     let rate = seen.spent as f64;
     let on_their_way = seen.seen + seen.unseen;
-    let room = window(rate).min(i64::from(line.stock)) - on_their_way;
+    let window = next_window(line.window_size, on_their_way, seen.refused > 0, rate);
+    let room = window.min(i64::from(line.stock)) - on_their_way;
     let let_in = room.clamp(0, line.last_place - line.admitted);
     sqlx::query!(
-        "UPDATE lines SET admitted = admitted + $2, rate = $3, paced_at = clock_timestamp()
+        "UPDATE lines SET admitted = admitted + $2, rate = $3, window_size = $4,
+                          paced_at = clock_timestamp()
          WHERE product_id = $1",
         product_id,
         let_in,
-        rate
+        rate,
+        window
     )
     .execute(&mut *tx)
     .await?;
@@ -141,9 +153,20 @@ async fn pace(db: &PgPool, product_id: i64) -> Result<(), Error> {
     Ok(())
 }
 
-/// How many passes may be on their way at `rate` orders a second.
-fn window(rate: f64) -> i64 {
-    ((rate * AHEAD).ceil() as i64).max(FLOOR)
+/// The window after a tick: halved when the shop turned a buyer of the line away for its
+/// load since the last tick, grown while it is at least half used, never under what the shop was measured to
+/// serve (`rate`, orders a second) for [`AHEAD`] seconds, nor under [`FLOOR`].
+fn next_window(window: i64, on_their_way: i64, overloaded: bool, rate: f64) -> i64 {
+    let growth = 2f64.powf(TICK.as_secs_f64() / DOUBLING.as_secs_f64());
+    let next = if overloaded {
+        window / 2
+    } else if on_their_way * 2 >= window {
+        (window as f64 * growth).ceil() as i64
+    } else {
+        window
+    };
+    next.max((rate * AHEAD).ceil() as i64)
+        .clamp(FLOOR, MAX_WINDOW)
 }
 
 #[cfg(test)]
@@ -151,10 +174,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_window_follows_the_measured_rate_above_its_floor() {
-        assert_eq!(window(0.0), FLOOR);
-        assert_eq!(window(50.0), FLOOR);
-        assert_eq!(window(1500.0), 3000);
-        assert!(window(3000.0) > window(1500.0));
+    fn the_window_grows_while_used_halves_when_the_shop_turns_buyers_away() {
+        // Used and nobody turned away: doubles in a DOUBLING's worth of ticks.
+        let mut window = FLOOR;
+        for _ in 0..(DOUBLING.as_millis() / TICK.as_millis()) {
+            window = next_window(window, window, false, 0.0);
+        }
+        assert!((2 * FLOOR..2 * FLOOR + 10).contains(&window), "{window}");
+        // Unused: stays.
+        assert_eq!(next_window(1000, 100, false, 0.0), 1000);
+        // Turned away: halves, never below the floor nor below the measured pace.
+        assert_eq!(next_window(1000, 1000, true, 0.0), 500);
+        assert_eq!(next_window(300, 300, true, 0.0), FLOOR);
+        assert_eq!(next_window(1000, 1000, true, 400.0), 800);
     }
 }

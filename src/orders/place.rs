@@ -206,7 +206,14 @@ impl Shop {
                 error,
                 Error::OutcomePending { .. } | Error::PaymentBusy { .. }
             ) {
-                self.line.give_back(pass).await;
+                let overloaded = matches!(
+                    error,
+                    Error::TooBusy
+                        | Error::QueueFull { .. }
+                        | Error::LockTimeout { .. }
+                        | Error::Unavailable(_)
+                );
+                self.line.give_back(pass, overloaded).await;
             }
         }
         answer

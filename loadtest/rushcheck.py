@@ -9,6 +9,7 @@ report (markdown, and an SVG of the units sold against time from the opening).""
 import bisect
 import os
 import subprocess
+import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from .common.pg import PsqlError
 from .common.text import fmt
-from .common.web import http_json
+from .common.web import HttpError, http_json
 from .fleet import PG_PORT, Instances
 from .saturation.load import fleet_sql
 
@@ -146,13 +147,27 @@ def k6_figures(summary: dict[str, Any]) -> dict[str, Any]:
             "join_p99_ms": values("http_req_duration{name:POST line}").get("p(99)")}
 
 
+def settled_json(url: str, tries: int = 60) -> Any:
+    """A GET's JSON once the instance answers it: right after a crowd's sale the instances may
+    still be busy with its last requests and answer 503 (retryable); asked again a second
+    later, `tries` times at most."""
+    for attempt in range(tries):
+        try:
+            return http_json("GET", url)
+        except HttpError as e:
+            if attempt + 1 == tries or e.answer.status != 503:
+                raise
+        time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def judge(inst: Instances, product: int, line: bool, ran: dict[str, Any],
           units: int) -> dict[str, Any]:
     """A sale's figures and checks (`checks`: (ok, words) each, all must hold)."""
     recs = ran["records"]
     url = inst.urls[0]
-    p = http_json("GET", f"{url}/api/products/{product}")
-    audit = http_json("GET", f"{url}/api/products/{product}/audit")
+    p = settled_json(f"{url}/api/products/{product}")
+    audit = settled_json(f"{url}/api/products/{product}/audit")
     opens = epoch(p["opens_at"])
     db = books(inst, product, line)
     times = db.pop("paid_at")

@@ -10,6 +10,7 @@ mod fence;
 mod guard;
 mod many;
 mod product;
+mod seed;
 mod stock;
 mod terms;
 mod window;
@@ -18,9 +19,10 @@ pub use ensembles::{keep_standing, Standing, SILENCE};
 pub use guard::{enter, enter_as, enter_for_sale, Guard, Protection};
 pub use many::{read_fenced, write_fenced, FencedRead, FencedWrite};
 pub use product::{
-    audit, create, fence, get, list, seed_demo, stock, Audit, NewProduct, Product, BOUNDS,
-    MAX_BATCH, MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S, MAX_STOCK,
+    audit, create, fence, get, list, stock, Audit, NewProduct, Product, BOUNDS, MAX_BATCH,
+    MAX_PER_ORDER, MAX_PER_USER, MAX_PRICE_CENTS, MAX_RESERVATION_TTL_S, MAX_STOCK,
 };
+pub use seed::seed_demo;
 pub use stock::{
     allow_idle, change_stock, next_stock, read_stock, restock, think, Change, Figures, Outcome,
     Read, StockRead,

@@ -40,8 +40,7 @@ pub enum Verdict {
     /// Its Idempotency-Key was taken over by a later attempt (this one ran past its
     /// deadline): the later attempt decides the key's order, this one sells nothing.
     Superseded,
-    /// The sale is not open, as the row says (paused, closed or moved since the order's
-    /// checks, through any instance).
+    /// The sale is not open as the row says (paused, closed or moved through any instance).
     OffSale,
 }
 
@@ -113,8 +112,7 @@ pub struct Served {
 /// one's verdict, and the stock after them.
 pub(super) struct Decided<'a> {
     pub terms: Arc<Terms>,
-    /// When it was decided (the window's clock).
-    pub at: DateTime<Utc>,
+    pub at: DateTime<Utc>, // when it was decided: the window's clock
     pub tickets: Cow<'a, [Ticket]>,
     pub verdicts: Vec<Verdict>,
     pub left: i32,

@@ -87,10 +87,13 @@ export const options = {
   setupTimeout: '60s',
   summaryTrendStats: ['avg', 'min', 'med', 'p(95)', 'p(99)', 'max'],
   thresholds: {
-    // Named so that the summary keeps each route's figures.
-    'http_req_duration{name:POST /orders}': ['max>=0'],
-    'http_req_duration{name:GET line/me}': ['max>=0'],
-    'http_req_duration{name:POST line}': ['max>=0'],
+    // Named so that the summary keeps each route's figures; none hangs to its timeout (30 s).
+    'http_req_duration{name:POST /orders}': ['p(99)<30000'],
+    'http_req_duration{name:GET line/me}': ['p(99)<30000'],
+    'http_req_duration{name:POST line}': ['p(99)<30000'],
+    // Sold out (409) is an answer, not a failure; a crowd told to come back (429, 503) is
+    // counted, and bounded: the verdict, not k6's exit, judges the sale.
+    http_req_failed: ['rate<0.5'],
   },
 };
 

@@ -56,11 +56,13 @@ async fn join(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "product id")?;
-    let who: Who = if body.iter().all(u8::is_ascii_whitespace) {
-        Who::default()
+    // No body at all, or JSON `null`: nobody named (a buyer with a token is the token's).
+    let who: Option<Who> = if body.iter().all(u8::is_ascii_whitespace) {
+        None
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?
     };
+    let who = who.unwrap_or_default();
     let buyer = caller.buyer(who.user_id)?;
     crate::buyers::Buyer::named(&buyer)
         .map_err(|why| ApiError::invalid(format!("user_id {why}")))?;
@@ -133,6 +135,7 @@ async fn summary(
     security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "The product, `paused`", body = Product),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
@@ -151,6 +154,7 @@ async fn pause(
     security(("admin" = [])), params(("id" = i64, Path, description = "The product's id")),
     responses(
         (status = 200, description = "The product, no longer `paused`", body = Product),
+        (status = 400, description = "`invalid_request` (a malformed id)", body = ErrorBody<'static>),
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),

@@ -50,7 +50,7 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Product>>, ApiEr
         (status = 400, description = "`invalid_request`", body = ErrorBody<'static>),
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`, `demo_disabled` (guard `none` without `--allow-unsafe-guards`)", body = ErrorBody<'static>),
-        (status = 422, description = "`unprocessable`: guard `none` with `batch_max` above 1", body = ErrorBody<'static>),
+        (status = 422, description = "`unprocessable`: guard `none` with `batch_max` above 1; a `closes_at` not after `opens_at`", body = ErrorBody<'static>),
     ))]
 async fn create(
     State(state): State<AppState>,

@@ -41,6 +41,7 @@ pub fn router() -> Router<AppState> {
         (status = 401, description = "`unauthorized`", body = ErrorBody<'static>),
         (status = 403, description = "`admin_disabled`", body = ErrorBody<'static>),
         (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 422, description = "`unprocessable`: a `closes_at` not after `opens_at`", body = ErrorBody<'static>),
         (status = 503, description = "`lock_timeout`, `lock_lost`, `unavailable`", body = ErrorBody<'static>),
     ))]
 async fn change_terms(

@@ -76,7 +76,10 @@ impl Window {
     ) -> Result<(), Error> {
         match (opens_at, closes_at) {
             (Some(opens), Some(closes)) if closes <= opens => {
-                Err(Error::invalid("closes_at must be after opens_at"))
+                // Well-formed, but a window that never opens: the request's parts disagree.
+                Err(Error::Unprocessable(
+                    "closes_at must be after opens_at".into(),
+                ))
             }
             _ => Ok(()),
         }

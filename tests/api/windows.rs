@@ -183,7 +183,7 @@ async fn a_window_is_the_admins_and_its_closing_comes_after_its_opening() {
     .await;
     assert_eq!(
         (backwards.status, backwards.code()),
-        (StatusCode::BAD_REQUEST, "invalid_request")
+        (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable")
     );
     let garbled = create(json!({ "opens_at": "tomorrow at noon" })).await;
     assert_eq!(garbled.code(), "invalid_request", "{garbled:?}");
@@ -195,7 +195,7 @@ async fn a_window_is_the_admins_and_its_closing_comes_after_its_opening() {
     let unknown = admin_post(base, "/api/products/999999/pause").await;
     assert_eq!(unknown.code(), "unknown_product");
     let backwards = change_terms(base, id, json!({ "opens_at": rfc3339(now + Duration::hours(2)), "closes_at": rfc3339(now + Duration::hours(1)) })).await;
-    assert_eq!(backwards.code(), "invalid_request", "{backwards:?}");
+    assert_eq!(backwards.code(), "unprocessable", "{backwards:?}");
     assert_eq!(
         product(base, id).await["terms_version"],
         1,

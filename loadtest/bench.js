@@ -1,8 +1,16 @@
 // One step of loadtest/bench: an open-model load (orders arrive at RATE per second whatever
-// the answers) for DURATION, spread round-robin over the instances and the hot products. The
-// products are made by loadtest/bench, with stock to spare and a per-buyer limit to match.
+// the answers) for DURATION, round-robin over the hot products. The products are made by
+// loadtest/bench, with stock to spare and a per-buyer limit to match.
 //
 //   BASE_URLS=http://127.0.0.1:8091,… PRODUCTS=3,4 RATE=800 DURATION=5s k6 run loadtest/bench.js
+//
+// Where the orders go (ROUTE):
+//   product (default) as nginx routes them (deploy/nginx.conf): each product's orders to one
+//                 instance, POST /api/products/{id}/orders, the body without product_id.
+//                 ROUTES='{"3":"http://127.0.0.1:8092",…}' names each product's instance (the
+//                 bench computes it: loadtest/common/route.py); a product it does not name goes
+//                 where the same consistent hash over BASE_URLS sends it (loadtest/route.js)
+//   spread        round-robin over every instance, POST /orders with product_id in the body
 //
 // Who buys (loadtest/buyers.js), round-robin over a pool:
 //   TOKENS_FILE   the buyers' tokens, one JWT a line (the bench signs its pool in before its
@@ -14,12 +22,14 @@
 //   BUYERS (2000 for the sign-ins), BUYER_PREFIX (bench-RUN-)
 //
 // Its JSON summary (RESULTS) carries the counts loadtest/bench reads: orders_paid, the
-// refusals the service said to retry (orders_retry), the rest, and the latency of POST /orders.
+// refusals the service said to retry (orders_retry), the rest, and the orders' latency (tagged
+// `name: POST /orders` whichever route carried them: the name the bench's readers know).
 import http from 'k6/http';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
 import { answer } from './answers.js';
 import { fileTokens, orderHeaders, signIn, withoutTokens } from './buyers.js';
+import { productUrl, routesFrom } from './route.js';
 
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
 const PRODUCTS = (__ENV.PRODUCTS || '1').split(',').map((p) => parseInt(p, 10));
@@ -31,6 +41,10 @@ const BUYERS = parseInt(__ENV.BUYERS || '0', 10);
 const PREFIX = __ENV.BUYER_PREFIX || `bench-${RUN}-`;
 // The buyers' tokens from a file, read once (init context) and shared by every VU.
 const FILE_TOKENS = fileTokens(__ENV.TOKENS_FILE);
+const ROUTE = __ENV.ROUTE || 'product';
+if (ROUTE !== 'product' && ROUTE !== 'spread') throw new Error(`ROUTE must be product or spread, not ${ROUTE}`);
+// A product's instance (ROUTE=product), or none: round-robin.
+const INSTANCE_OF = ROUTE === 'product' ? routesFrom(__ENV.ROUTES, BASE_URLS) : null;
 
 // 201 paid; 429 and 503 are the refusals an overloaded step is meant to show. Anything else
 // (a 500, a timeout, a refused connection, a token refused 401) counts in http_req_failed.
@@ -81,14 +95,23 @@ export function setup() {
 
 export default function (data) {
   const i = exec.scenario.iterationInTest;
-  const base = BASE_URLS[i % BASE_URLS.length];
-  const product = PRODUCTS[Math.floor(i / BASE_URLS.length) % PRODUCTS.length];
+  let url;
+  let order;
+  if (INSTANCE_OF) {
+    // The product's own route on its instance: the path names the product, the body not.
+    const product = PRODUCTS[i % PRODUCTS.length];
+    url = productUrl(INSTANCE_OF(product), product);
+    order = {};
+  } else {
+    const base = BASE_URLS[i % BASE_URLS.length];
+    order = { product_id: PRODUCTS[Math.floor(i / BASE_URLS.length) % PRODUCTS.length] };
+    url = `${base}/orders`;
+  }
   // The next buyer of the pool: its token, or its name in the body (open mode).
   const tokens = FILE_TOKENS || data.tokens;
   const token = tokens ? tokens[i % tokens.length] : null;
-  const order = { product_id: product };
   if (!token) order.user_id = `${PREFIX}${BUYERS ? i % BUYERS : i}`;
-  const res = http.post(`${base}/orders`, JSON.stringify(order), {
+  const res = http.post(url, JSON.stringify(order), {
     headers: orderHeaders(token),
     tags: { name: 'POST /orders' },
     timeout: '60s',

@@ -42,7 +42,9 @@ def cell_line(cell: dict[str, Any], done: int, total: int) -> str:
 
 def saturate(inst: Instances, label: str, guard: str, batch: int, hot: int, seconds: int,
              quick: bool, run_id: str) -> dict[str, Any]:
-    """Steps the offered rate up (doubling) until paid orders/s fall behind it."""
+    """Steps the offered rate up (doubling) until paid orders/s fall behind it. The orders are
+    routed by product, as nginx routes them (`POST /api/products/{id}/orders` to the instance
+    its consistent hash picks: fleet.k6_step)."""
     products = [inst.product(guard, batch) for _ in range(hot)]
     steps, rate = [], FIRST_RATE
     while rate <= MAX_RATE:
@@ -67,7 +69,9 @@ def saturate(inst: Instances, label: str, guard: str, batch: int, hot: int, seco
             "hot": hot, "steps": steps, "saturation": best["paid_per_s"],
             "p99_at_saturation": best["p99_ms"],
             "zk_writes_per_paid": best["zk_writes"] / max(best["paid"], 1),
-            "exact": exact, "paid_201s": paid, "units_sold": sold}
+            "exact": exact, "paid_201s": paid, "units_sold": sold,
+            # k6_step's default: each product's orders to its instance, as nginx routes them.
+            "routed": True}
 
 
 def lock_bench(contenders: list[int], seconds: int,

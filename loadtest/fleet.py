@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import RESULTS, ROOT
+from .common.route import routes
 from .common.text import logger
 from .common.wait import WaitTimeout, wait_for
 from .common.web import http_json, sign_in, sign_in_many
@@ -72,6 +73,17 @@ def supports_buyer_auth(binary: Path) -> bool:
     return "--buyer-auth" in out
 
 
+def supports_product_route(url: str) -> bool:
+    """Whether the instance at `url` takes orders on `POST /api/products/{id}/orders` (its
+    OpenAPI document names the route): a build from before it (an older `--baseline`) does
+    not, and its routed rows send `POST /orders` to the same instances instead."""
+    try:
+        paths = http_json("GET", f"{url}/openapi.json").get("paths", {})
+    except Exception:
+        return False
+    return "/api/products/{id}/orders" in paths
+
+
 def ready(url: str) -> bool:
     """Whether the instance at `url` says it is ready (anything else, an error too: not yet)."""
     try:
@@ -85,7 +97,9 @@ class Instances:
     to loadtest/results/{logs}-{i}.log, knowing their buyers by `buyer_auth`: `demo` (the
     pool signs in, see the module's doc) or `open` (no tokens: the body names the buyer).
     A binary that takes no `--buyer-auth` runs without it, as `open` would (`self.auth`:
-    None)."""
+    None). `product_route`: whether they take `POST /api/products/{id}/orders`."""
+
+    product_route = True
 
     def __init__(self, n: int, run_id: str, binary: Path = SECKILL, base_port: int = BASE_PORT,
                  rust_log: str = "info", logs: str = "bench-server", buyer_auth: str = "demo",
@@ -126,13 +140,16 @@ class Instances:
                 stdout=subprocess.DEVNULL, stderr=open(RESULTS / f"{logs}-{i}.log", "w"),
                 # The level a deployment runs at (the default): what it costs to log is part
                 # of what an order costs.
-                env={**os.environ, "RUST_LOG": rust_log}))
+                # HTTP/2 to the provider (an environment variable: a baseline build that
+                # has no such setting ignores it).
+                env={**os.environ, "RUST_LOG": rust_log, "SECKILL_PAYMENT_PROTOCOL": "http2"}))
             self.urls.append(f"http://{addr}")
         for url in self.urls:
             try:
                 wait_for(f"{url} to get ready", lambda: ready(url))
             except WaitTimeout:
                 raise SystemExit(f"{url} did not get ready") from None
+        self.product_route = supports_product_route(self.urls[0])
         self.sign_in()
 
     @property
@@ -203,17 +220,29 @@ class Instances:
 
 
 def k6_step(urls: list[str], products: list[int], rate: int, seconds: int,
-            tag: str, buyers: dict[str, str] | None = None) -> dict[str, Any]:
+            tag: str, buyers: dict[str, str] | None = None,
+            routed: bool = True) -> dict[str, Any]:
     """One k6 step; its log and HTML report stay in loadtest/results/bench-step-TAG.*, its
     JSON summary is read and removed. `buyers`: the fleet's `load_env()` (TOKENS_FILE, or
-    BUYERS and BUYER_PREFIX); without it, bench.js asks the instances itself (setup())."""
+    BUYERS and BUYER_PREFIX); without it, bench.js asks the instances itself (setup()).
+    `routed` (the default, as nginx routes): each product's orders to the instance the
+    consistent hash picks, `POST /api/products/{id}/orders` (ROUTES: that mapping, computed
+    here by loadtest/common/route.py); else round-robin over every instance, `POST /orders`
+    (ROUTE=spread)."""
     out = RESULTS / f"bench-step-{tag}.json"
     env = {**os.environ, "BASE_URLS": ",".join(urls), "PRODUCTS": ",".join(map(str, products)),
            "RATE": str(rate), "DURATION": f"{seconds}s", "RESULTS": str(out), "RUN": tag,
            "K6_WEB_DASHBOARD_EXPORT": str(RESULTS / f"bench-step-{tag}.html"), **(buyers or {})}
-    k6 = subprocess.run(["k6", "run", "--quiet", "--no-color", str(ROOT / "loadtest" / "bench.js")],
-                        env=env, stdout=subprocess.DEVNULL,
-                        stderr=open(RESULTS / f"bench-step-{tag}.log", "w"), check=False)
+    if routed:
+        env["ROUTE"] = "product"
+        env["ROUTES"] = json.dumps({str(p): url for p, url in routes(urls, products).items()})
+    else:
+        env["ROUTE"] = "spread"
+        env.pop("ROUTES", None)
+    with open(RESULTS / f"bench-step-{tag}.log", "w") as k6_log:
+        k6 = subprocess.run(["k6", "run", "--quiet", "--no-color",
+                             str(ROOT / "loadtest" / "bench.js")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=k6_log, check=False)
     # A step past saturation may cross bench.js's bounds; its figures count all the same.
     if k6.returncode:
         log(f"k6 step {tag} exited {k6.returncode} (99: a threshold of loadtest/bench.js "

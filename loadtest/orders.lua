@@ -1,7 +1,13 @@
--- wrk script for loadtest/saturate: a closed loop of POST /orders spread over the hot
--- products; counts the answers by status so the bench can match 201s against the units sold.
+-- wrk script for loadtest/saturate: a closed loop of orders spread over the hot products;
+-- counts the answers by status so the bench can match 201s against the units sold.
 -- With GET=/path, a closed loop of GETs of that path instead (the bench's floor: what any
 -- request costs), its 200s counted as `created`.
+--
+-- Which route (ROUTE):
+--   unset             POST /orders, the product named in the body ({"product_id":3,...})
+--   ROUTE=product     POST /api/products/3/orders, the body without product_id: the route
+--                     nginx sends to the product's instance (the bench gives each instance's
+--                     wrk only the products the consistent hash sends it: loadtest/common/route.py)
 --
 -- Who buys (loadtest/fleet.py's `load_env` sets it):
 --   TOKENS_FILE=path  the buyers sign in: a file of their tokens, one JWT a line (fetched
@@ -15,9 +21,20 @@
 --                     instance, each at its own point)
 --
 --   PRODUCTS=3,4 RUN=tag TOKENS_FILE=tokens wrk -t1 -c100 -d10s -s loadtest/orders.lua http://127.0.0.1:8091
+--   PRODUCTS=3 ROUTE=product … wrk … http://127.0.0.1:8092
 local products, run = {}, os.getenv("RUN") or tostring(os.time())
 for id in string.gmatch(os.getenv("PRODUCTS") or "1", "[^,]+") do
   products[#products + 1] = id
+end
+local route = os.getenv("ROUTE") or ""
+assert(route == "" or route == "product", "ROUTE is product or unset, not " .. route)
+local by_product = route == "product"
+-- Each product's path and its body's first field (none on the product's route: the path
+-- names it), made once, not per request.
+local paths, heads = {}, {}
+for i, id in ipairs(products) do
+  paths[i] = by_product and ("/api/products/" .. id .. "/orders") or "/orders"
+  heads[i] = by_product and "" or ('"product_id":' .. id)
 end
 
 local tokens = {}
@@ -51,24 +68,32 @@ n, created, refused, other = 0, 0, 0, 0  -- globals: done() reads them through t
 local headers = { ["Content-Type"] = "application/json" }
 local get = os.getenv("GET")
 -- PAY=false: reservations without payment (the bench's lapse row).
-local pay = os.getenv("PAY") == "false" and ',"pay":false' or ""
+local pay = os.getenv("PAY") == "false" and '"pay":false' or ""
 function request()
   if get then
     return wrk.format("GET", get)
   end
   n = n + 1
-  local product = products[(n % #products) + 1]
+  local i = (n % #products) + 1
   local who
   if #tokens > 0 then
     headers["Authorization"] = tokens[((offset + n) % pool) + 1]
     who = ""
   elseif buyers > 0 then
-    who = ',"user_id":"' .. prefix .. ((offset + n) % buyers) .. '"'
+    who = '"user_id":"' .. prefix .. ((offset + n) % buyers) .. '"'
   else
-    who = ',"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"'
+    who = '"user_id":"w-' .. run .. '-' .. tid .. '-' .. n .. '"'
   end
-  local body = '{"product_id":' .. product .. who .. pay .. '}'
-  return wrk.format("POST", "/orders", headers, body)
+  -- The body's fields, comma-separated: the product's (not on its own route), the buyer's
+  -- name (not with a token), `pay` (PAY=false only); `{}` with none.
+  local body = heads[i]
+  if who ~= "" then
+    body = body ~= "" and (body .. "," .. who) or who
+  end
+  if pay ~= "" then
+    body = body ~= "" and (body .. "," .. pay) or pay
+  end
+  return wrk.format("POST", paths[i], headers, "{" .. body .. "}")
 end
 
 function response(status, _, _)

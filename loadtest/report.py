@@ -33,7 +33,11 @@ def markdown(r: dict[str, Any]) -> str:
     out = [f"# seckill bench ({r['run']}{', quick: not for figures' if r['quick'] else ''})", ""]
     out += [f"{r['machine']['cores']} cores, servers, ZooKeeper, PostgreSQL and k6 all on one "
             f"machine; open-model arrival rate doubled every {r['step_seconds']} s step until "
-            "paid orders/s fell below 85 % of the offered rate. Saturation = the best step.", ""]
+            "paid orders/s fell below 85 % of the offered rate. Saturation = the best step."
+            + (" Each product's orders go to the one instance nginx's consistent hash picks "
+               "(`POST /api/products/{id}/orders`, as deploy/nginx.conf routes them): with one "
+               "hot product, one instance of 3 takes them all." if any(
+                   c.get("routed") for c in cells) else ""), ""]
     out += ["| instances | hot products | guard | saturation (paid orders/s) | p99 there (ms) "
             "| ZK writes / paid order | exact |", "|---|---|---|---|---|---|---|"]
     for c in cells:

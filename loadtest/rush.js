@@ -18,6 +18,10 @@
 // LINE=0 (the product has no line): each buyer sends POST /orders at a random moment of the
 //   CROWD_WINDOW s from the opening; 409 not_open is sent again at the opening, an answer that
 //   says to retry after its Retry-After, CROWD_TRIES in all; same Idempotency-Key.
+// ROUTE=product: every order (not the line's requests) to the instance nginx's consistent hash
+//   picks for PRODUCT, POST /api/products/{id}/orders without product_id in the body (ROUTES, or
+//   the hash over BASE_URLS: loadtest/route.js). Default (spread): to the VU's instance,
+//   POST /orders, as the rush is held to the uniform one-hot row (loadtest/rush.py).
 // SCENARIO=fill: FILL buyers join the line and nothing more (the memory step): `fill-PREFIX-i`
 //   named in the body (a server in open mode), or TOKENS_FILE's tokens.
 //
@@ -34,6 +38,7 @@ import { setTimeout } from 'k6/timers';
 import { Counter } from 'k6/metrics';
 import { answer } from './answers.js';
 import { fileTokens, orderHeaders } from './buyers.js';
+import { productUrl, routesFrom } from './route.js';
 
 const env = (name, fallback) => (__ENV[name] === undefined || __ENV[name] === '' ? fallback : __ENV[name]);
 const int = (name, fallback) => parseInt(env(name, String(fallback)), 10);
@@ -62,6 +67,10 @@ const RUN = env('RUN', Date.now().toString(36));
 const PREFIX = env('BUYER_PREFIX', `r-${RUN}-`);
 const TOKENS = fileTokens(__ENV.TOKENS_FILE);
 const OPENS_AT = Date.parse(env('OPENS_AT', new Date().toISOString()));
+const ROUTE = env('ROUTE', 'spread');
+if (ROUTE !== 'product' && ROUTE !== 'spread') throw new Error(`ROUTE must be product or spread, not ${ROUTE}`);
+// Where every order goes with ROUTE=product (the product's own route on its instance).
+const ORDER_URL = ROUTE === 'product' ? productUrl(routesFrom(__ENV.ROUTES, URLS)(PRODUCT), PRODUCT) : null;
 // The run lasts to the opening, the sale's bound and a margin.
 const MAX_S = Math.ceil(Math.max(OPENS_AT - Date.now(), 0) / 1000 + SALE / 1000 + 30);
 
@@ -230,8 +239,11 @@ export default async function (data) {
     r.os = now();
     r.od = 0;
     let a;
+    // On the product's own route the path names the product, the body not.
+    const url = ORDER_URL || `${r.b.base}/orders`;
+    if (ORDER_URL) delete body.product_id;
     for (let t = 1; ; t++) {
-      a = await call(r, 'POST', `${r.b.base}/orders`, body, 'POST /orders', orders, key);
+      a = await call(r, 'POST', url, body, 'POST /orders', orders, key);
       if (r.j === undefined) r.j = a.sent;
       r.ot = t;
       r.od += a.took;

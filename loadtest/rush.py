@@ -34,7 +34,8 @@ from .rushcheck import epoch, judge, rss_mib
 from .rushreport import markdown, svg
 from .saturation.cpu import TICK, Parts, cpu_ticks
 
-# The one-hot row the rush is held to: saturate.py's ROWS[1] (label, guard, batch, hot, conns).
+# The one-hot row the rush is held to: saturate.py's ROWS[1] (label, guard, batch, hot, conns;
+# uniform, as rush.js spreads its orders unless told ROUTE=product).
 ONE_HOT = ("zk batched", "zk", 256, 1, 100)
 # From the product's creation to the join window: k6 starting its VUs and setup().
 START_S = 20

@@ -6,13 +6,18 @@ provider, and builds the release binaries); `loadtest/bench --saturation-only` r
 NAME.md (saturation.md) from its JSON.
 
 A closed loop of keep-alive connections from wrk (a C generator: a few µs of CPU per request,
-where k6 spends many times that), spread over 3 instances, one wrk per instance. Each row
+where k6 spends many times that), over 3 instances, one wrk per instance. A uniform row spreads
+every product's orders over the 3 (`POST /orders`); a routed row sends each product's orders to
+the one instance nginx's consistent hash picks (`POST /api/products/{id}/orders`, as
+deploy/nginx.conf routes them: where the product's lock is kept), each instance's wrk with the
+products it got and a share of the connections in proportion (ROWS). Each row
 reads, from /proc, the CPU time every process of the sale spent during it — the instances,
 PostgreSQL (every backend, the provider's ledger included), ZooKeeper, the provider, the
 generator — and divides by the paid orders: CPU µs per paid order, per part. It also reads
 ZooKeeper's zxid (writes), the instances' peak RSS, and audits every product (0 oversold,
 consistent, every 201 a unit sold), and each instance's lock cycles (its /metrics), so
-orders per cycle.
+orders per cycle, and, for a zk row, the longest a node waited behind a kept lock and the cycles
+served on kept nodes (GET /api/products/{id}/lock, every product on every instance).
 
 Every fleet's buyers sign in (`--buyer-auth demo`): a pool of buyers, signed in before the
 rows, each order carrying the next one's token (loadtest/fleet.py). `--auth-compare` runs each
@@ -45,17 +50,26 @@ from .saturation.cpu import Parts
 from .saturation.profile import profile
 from .saturation.rows import OPEN_TIMES, floor, lapse, open_row, row, row_line, warm_up
 
-# (label, guard, batch_max, hot products, connections per instance)
+# (label, guard, batch_max, hot products, connections per instance, routed). Uniform rows:
+# every instance takes every product's orders (`POST /orders`, the product in the body).
+# Routed rows: each product's orders go to the one instance nginx's consistent hash sends
+# `POST /api/products/{id}/orders` to (deploy/nginx.conf; loadtest/common/route.py), where
+# its lock is kept, the row's connections (per instance × 3, as uniform) shared among the
+# instances in proportion to their products. The indices are --rows' (0-4 as before routing).
 ROWS = [
-    ("pg-atomic batched", "pg-atomic", 256, 1, 100),
-    ("zk batched", "zk", 256, 1, 100),
-    ("zk batched", "zk", 256, 10, 100),
-    ("zk batched", "zk", 256, 100, 100),
-    ("pg-atomic batched", "pg-atomic", 256, 10, 100),
-    # A crowd 10x the connections of row 1 (3,000 in all), then far more (4,000): goodput,
-    # refusals, the accepted orders' p99, and memory with every connection open.
-    ("zk batched, 3,000 connections", "zk", 256, 1, 1000),
-    ("zk batched, 4,000 connections", "zk", 256, 1, 1334),
+    ("pg-atomic batched", "pg-atomic", 256, 1, 100, False),  # 0
+    ("zk batched", "zk", 256, 1, 100, False),  # 1: the uniform one-hot row (open model, rush)
+    ("zk batched", "zk", 256, 10, 100, False),  # 2
+    ("zk batched", "zk", 256, 100, 100, False),  # 3
+    ("pg-atomic batched", "pg-atomic", 256, 10, 100, False),  # 4
+    # A crowd 10x the connections of row 7 (3,000 in all), then far more (4,000): goodput,
+    # refusals, the accepted orders' p99, and memory with every connection open, routed: one
+    # hot product, so one instance holds them all.
+    ("zk batched, routed, 3,000 connections", "zk", 256, 1, 1000, True),  # 5
+    ("zk batched, routed, 4,000 connections", "zk", 256, 1, 1334, True),  # 6
+    ("zk batched, routed", "zk", 256, 1, 100, True),  # 7: the routed one-hot row
+    ("zk batched, routed", "zk", 256, 10, 100, True),  # 8
+    ("zk batched, routed", "zk", 256, 100, 100, True),  # 9
 ]
 
 
@@ -121,7 +135,7 @@ def main() -> None:
         only = {int(i) for i in args.rows.split(",")} if args.rows else set(range(len(ROWS)))
         opens = args.open or not args.rows
         total = (len(only) + (1 if opens and 1 in only else 0)) * len(builds)
-        for i, (label, guard, batch, hot, conns) in enumerate(ROWS):
+        for i, (label, guard, batch, hot, conns, routed) in enumerate(ROWS):
             if i not in only:
                 continue
             # Which build goes first alternates: neither always meets a colder ZooKeeper.
@@ -129,13 +143,15 @@ def main() -> None:
             for name, *_ in (builds if (i % 2 == 0) != args.swap else builds[::-1]):
                 inst = fleets[name]
                 result = row(inst, Parts(inst, args.provider_pid), label, guard, batch, hot,
-                             conns, seconds, f"{run_id}-{i}{name[0]}", args.new_buyers)
+                             conns, seconds, f"{run_id}-{i}{name[0]}", args.new_buyers,
+                             routed=routed)
                 result["build"] = name
                 rows.append(result)
                 log(row_line(result, len(rows), total))
-        # The open model offers each build 5x this build's saturation (row 1), the same load.
+        # The open model offers each build 5x this build's saturation (row 1, uniform), the
+        # same load, spread as row 1's.
         one = next((x for x in rows if x["build"] == "this" and x["label"] == "zk batched"
-                    and x["hot"] == 1), None)
+                    and x["hot"] == 1 and not x.get("routed")), None)
         if one and opens:
             rate = int(OPEN_TIMES * one["paid_per_s"])
             for name, inst in fleets.items():

@@ -5,7 +5,13 @@
 //   BASE_URLS=http://127.0.0.1:8081,http://127.0.0.1:8082 ADMIN_TOKEN=… k6 run loadtest/seckill.js
 //
 // Environment:
-//   BASE_URLS     comma-separated instances; requests are spread over all of them
+//   BASE_URLS     comma-separated instances
+//   ROUTE         product (default): every order to the instance nginx's consistent hash picks
+//                 for the product (deploy/nginx.conf; loadtest/route.js, the same hash),
+//                 POST /api/products/{id}/orders, the body without product_id: where the
+//                 product's lock is kept. ROUTES='{"7":"http://…"}' names the instance instead
+//                 (for a product known up front). spread: round-robin over every instance,
+//                 POST /orders with product_id in the body, as before routing
 //   ADMIN_TOKEN   the servers' admin token (setup() creates the product)
 //   TOKENS_FILE   the buyers' tokens, one JWT a line (a real issuer's: --buyer-auth jwks);
 //                 without it setup() signs the buyers in at the servers' demo issuer
@@ -18,13 +24,15 @@
 //   EXPECT_OVERSELL=1  the run is a demonstration of the `none` guard: do not fail on oversell
 //                 or lost updates (loadtest/run checks that one of them happened)
 //   RESULTS       where handleSummary writes the full JSON summary (default: none)
-//   P99_MS        the bound on POST /orders' p99, in ms (5000)
+//   P99_MS        the bound on the orders' p99, in ms (5000; tagged `name: POST /orders`
+//                 whichever route carried them)
 import http from 'k6/http';
 import exec from 'k6/execution';
 import { check, fail } from 'k6';
 import { Counter, Trend } from 'k6/metrics';
 import { answer } from './answers.js';
 import { fileTokens, orderHeaders, perBuyer, signIn, withoutTokens } from './buyers.js';
+import { productUrl, routesFrom } from './route.js';
 
 const BASE_URLS = (__ENV.BASE_URLS || 'http://127.0.0.1:8080').split(',').map((u) => u.trim().replace(/\/$/, ''));
 const SCENARIO = __ENV.SCENARIO || 'burst';
@@ -43,6 +51,11 @@ const FILE_TOKENS = fileTokens(__ENV.TOKENS_FILE);
 // The orders the run sends: one per VU (burst), RATE a second for DURATION (rate; DURATION in
 // seconds, as loadtest/run gives it).
 const ORDERS = SCENARIO === 'burst' ? VUS : RATE * parseInt(DURATION, 10);
+const ROUTE = __ENV.ROUTE || 'product';
+if (ROUTE !== 'product' && ROUTE !== 'spread') throw new Error(`ROUTE must be product or spread, not ${ROUTE}`);
+// The product's instance (ROUTE=product): the product is made in setup(), so the hash (or
+// ROUTES) is asked per order, not once here.
+const INSTANCE_OF = ROUTE === 'product' ? routesFrom(__ENV.ROUTES, BASE_URLS) : null;
 
 // The answers a sale gives by design: 201 paid, 409 sold out, 429 and 503 refusals, and
 // setup's 201s (the product, the sign-ins) and 200s and teardown's 200. Anything else counts
@@ -103,14 +116,17 @@ export function setup() {
 }
 
 export default function (data) {
-  const base = BASE_URLS[(__VU + __ITER) % BASE_URLS.length];
+  // The product's own route on its instance (the path names the product), or round-robin.
+  const url = INSTANCE_OF
+    ? productUrl(INSTANCE_OF(data.product), data.product)
+    : `${BASE_URLS[(__VU + __ITER) % BASE_URLS.length]}/orders`;
   // The buyer: the next token of the pool (the burst: one per VU), or, with none, one distinct
   // buyer per iteration named in the body.
   const tokens = FILE_TOKENS || data.tokens;
   const token = tokens ? tokens[exec.scenario.iterationInTest % tokens.length] : null;
-  const order = { product_id: data.product, quantity: 1 };
+  const order = INSTANCE_OF ? { quantity: 1 } : { product_id: data.product, quantity: 1 };
   if (!token) order.user_id = `k6-${data.run}-${__VU}-${__ITER}`;
-  const res = http.post(`${base}/orders`, JSON.stringify(order), {
+  const res = http.post(url, JSON.stringify(order), {
     headers: orderHeaders(token),
     tags: { name: 'POST /orders' },
     responseType: 'text',
@@ -167,9 +183,9 @@ export function handleSummary(data) {
   const orders = ['orders_paid', 'orders_sold_out', 'orders_retry', 'orders_unexpected'].reduce((n, name) => n + count(name), 0);
   data.setup_data = withoutTokens(data.setup_data);
   const lines = [
-    `k6 ${SCENARIO}: guard ${GUARD}, stock ${STOCK}, ${BASE_URLS.length} instance(s), buyers: ${(data.setup_data || {}).buyer_auth || '-'}`,
+    `k6 ${SCENARIO}: guard ${GUARD}, stock ${STOCK}, ${BASE_URLS.length} instance(s), orders ${INSTANCE_OF ? 'routed by product (POST /api/products/{id}/orders)' : 'spread (POST /orders)'}, buyers: ${(data.setup_data || {}).buyer_auth || '-'}`,
     `  paid ${count('orders_paid')}  sold out ${count('orders_sold_out')}  retry ${count('orders_retry')}  unexpected ${count('orders_unexpected')}`,
-    `  POST /orders: ${orders} requests in ${seconds.toFixed(1)} s; p50 ${fmt(lat, 'med')} ms  p95 ${fmt(lat, 'p(95)')} ms  p99 ${fmt(lat, 'p(99)')} ms`,
+    `  orders: ${orders} requests in ${seconds.toFixed(1)} s; p50 ${fmt(lat, 'med')} ms  p95 ${fmt(lat, 'p(95)')} ms  p99 ${fmt(lat, 'p(99)')} ms`,
     `  lock wait (paid orders): p50 ${fmt(m.lock_wait_ms, 'med')} ms  p99 ${fmt(m.lock_wait_ms, 'p(99)')} ms`,
     '',
   ];

@@ -69,6 +69,23 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCK_TIMEOUT_MS", default_value_t = 3000)]
     pub lock_timeout_ms: u64,
 
+    /// How long a product's lock is kept after a lock cycle while none of its orders wait on
+    /// this instance: orders that keep coming are served on the same node, with no ZooKeeper
+    /// write. 0 gives the lock up after every cycle.
+    #[arg(long, env = "SECKILL_LOCK_LINGER_MS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub lock_linger_ms: u64,
+
+    /// Longest a node waits behind a kept lock: its holder gives the lock up at the end of
+    /// the cycle in which someone has waited this long (at once if it has nothing to serve).
+    #[arg(long, env = "SECKILL_LOCK_HANDOVER_MS", default_value_t = 50)]
+    pub lock_handover_ms: u64,
+
+    /// Most lock cycles a kept lock serves while a node waits behind it.
+    #[arg(long, env = "SECKILL_LOCK_HANDOVER_CYCLES", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub lock_handover_cycles: u32,
+
     /// Pause between reading and writing the stock in the read-check-write guards (`zk`,
     /// `none`): the source material's `sleep`, which widens the race window for demos and tests.
     #[arg(long, env = "SECKILL_STOCK_THINK_MS", default_value_t = 0)]
@@ -199,6 +216,13 @@ pub struct Config {
     #[arg(long, env = "SECKILL_PAYMENT_API_KEY", hide_env_values = true, value_parser = Secret(api_key_rule))]
     pub payment_api_key: Option<String>,
 
+    /// How this instance speaks to the payment provider. `auto`: HTTP/2 over https when the
+    /// provider offers it (ALPN), HTTP/1.1 over http. `http2`: HTTP/2 always (over http,
+    /// with prior knowledge: `seckill-provider` speaks it): every charge in flight shares one
+    /// connection. `http1`: HTTP/1.1, one connection per charge in flight.
+    #[arg(long, env = "SECKILL_PAYMENT_PROTOCOL", value_enum, default_value_t = PaymentProtocol::Auto)]
+    pub payment_protocol: PaymentProtocol,
+
     /// How long one request to the payment provider may take before it is sent again, under
     /// the same Idempotency-Key (until the order's request deadline).
     #[arg(long, env = "SECKILL_PAYMENT_TIMEOUT_MS", default_value_t = 2_000)]
@@ -232,6 +256,14 @@ pub struct Config {
     pub instance: Option<String>,
 }
 
+/// How the payment provider is spoken to (`--payment-protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PaymentProtocol {
+    Auto,
+    Http1,
+    Http2,
+}
+
 /// How log lines are written (see `telemetry::logs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -242,6 +274,14 @@ pub enum LogFormat {
 impl Config {
     pub fn lock_timeout(&self) -> Duration {
         Duration::from_millis(self.lock_timeout_ms)
+    }
+
+    pub fn fairness(&self) -> crate::lock::Fairness {
+        crate::lock::Fairness {
+            linger: Duration::from_millis(self.lock_linger_ms),
+            handover: Duration::from_millis(self.lock_handover_ms),
+            cycles: self.lock_handover_cycles,
+        }
     }
 
     /// What every PostgreSQL session is told, and the client's bound on each step.

@@ -4,6 +4,11 @@
 //! what arrives while it writes forms its next statement. No item waits for a group to
 //! fill: under light load each is written alone, as soon as it comes.
 //!
+//! With more than one writer (`writers`), what arrives while a statement runs need not wait
+//! for its commit: a second writer takes it at once, and the two commit side by side (the
+//! double buffering of a hot row's group commit). An item's key is never in two statements at
+//! once.
+//!
 //! The service records its payment answers so (`orders::recorder`), and the payment
 //! provider its ledger: on this machine each statement costs PostgreSQL far more than a row.
 
@@ -44,12 +49,16 @@ struct Inner<I, O> {
     /// UPDATE` may not touch a row twice): the second waits for the next.
     key: fn(&I) -> &str,
     max: usize,
+    /// Most writers at once.
+    writers: usize,
 }
 
 struct State<I, O> {
     pending: Vec<(I, oneshot::Sender<Written<O>>)>,
-    /// A writer runs: new items only queue.
-    writing: bool,
+    /// Writers running: with all of them busy, new items only queue.
+    writing: usize,
+    /// The keys of the items being written now.
+    in_flight: HashSet<String>,
 }
 
 impl<I, O> GroupWriter<I, O>
@@ -57,17 +66,30 @@ where
     I: Clone + Send + 'static,
     O: Send + 'static,
 {
-    /// `write` writes a group of at most `max` items with distinct `key`s.
+    /// `write` writes a group of at most `max` items with distinct `key`s, one group at a
+    /// time.
     pub fn new(write: WriteGroup<I, O>, key: fn(&I) -> &str, max: usize) -> Self {
+        Self::with_writers(write, key, max, 1)
+    }
+
+    /// As [`GroupWriter::new`], with up to `writers` groups written at once.
+    pub fn with_writers(
+        write: WriteGroup<I, O>,
+        key: fn(&I) -> &str,
+        max: usize,
+        writers: usize,
+    ) -> Self {
         GroupWriter {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     pending: Vec::new(),
-                    writing: false,
+                    writing: 0,
+                    in_flight: HashSet::new(),
                 }),
                 write,
                 key,
                 max: max.max(1),
+                writers: writers.max(1),
             }),
         }
     }
@@ -78,7 +100,11 @@ where
         let start = {
             let mut state = self.state();
             state.pending.push((item, reply));
-            !std::mem::replace(&mut state.writing, true)
+            let start = state.writing < self.inner.writers;
+            if start {
+                state.writing += 1;
+            }
+            start
         };
         if start {
             tokio::spawn(self.clone().run());
@@ -97,26 +123,45 @@ where
         // are those that queued meanwhile: their callers hear the writer stopped at once,
         // rather than wait for a writer that no later item may come to start (a lock cycle
         // waits here holding its lock).
-        struct Panicked<'a, I, O>(&'a Inner<I, O>);
+        struct Panicked<'a, I, O>(&'a Inner<I, O>, Vec<String>);
         impl<I, O> Drop for Panicked<'_, I, O> {
             fn drop(&mut self) {
                 if std::thread::panicking() {
                     let mut state = relock(&self.0.state);
-                    state.writing = false;
+                    state.writing -= 1;
                     state.pending.clear();
+                    for key in &self.1 {
+                        state.in_flight.remove(key);
+                    }
                 }
             }
         }
-        let _panicked = Panicked(&self.inner);
+        let mut panicked = Panicked(&self.inner, Vec::new());
         loop {
             let group = {
                 let mut state = self.state();
-                if state.pending.is_empty() {
-                    state.writing = false;
+                let key = self.inner.key;
+                let busy = std::mem::take(&mut state.in_flight);
+                let group = take(
+                    &mut state.pending,
+                    |(item, _)| key(item),
+                    &busy,
+                    self.inner.max,
+                );
+                state.in_flight = busy;
+                // Nothing this writer may take (nothing pending, or only keys another writer
+                // is writing: it takes them after).
+                if group.is_empty() {
+                    state.writing -= 1;
                     return;
                 }
-                let key = self.inner.key;
-                take(&mut state.pending, |(item, _)| key(item), self.inner.max)
+                let keys: Vec<String> = group
+                    .iter()
+                    .map(|(item, _)| key(item).to_string())
+                    .collect();
+                state.in_flight.extend(keys.iter().cloned());
+                panicked.1 = keys;
+                group
             };
             let (items, replies): (Vec<I>, Vec<_>) = group.into_iter().unzip();
             match (self.inner.write)(items.clone()).await {
@@ -151,6 +196,10 @@ where
                     }
                 }
             }
+            let mut state = self.state();
+            for key in std::mem::take(&mut panicked.1) {
+                state.in_flight.remove(&key);
+            }
         }
     }
 
@@ -163,13 +212,20 @@ fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The next statement's items: up to `max`, one per key; the rest stay pending, in order.
-fn take<T>(pending: &mut Vec<T>, key: impl Fn(&T) -> &str, max: usize) -> Vec<T> {
+/// The next statement's items: up to `max`, one per key, none of the keys `busy` (in another
+/// writer's statement); the rest stay pending, in order.
+fn take<T>(
+    pending: &mut Vec<T>,
+    key: impl Fn(&T) -> &str,
+    busy: &HashSet<String>,
+    max: usize,
+) -> Vec<T> {
     let mut keys = HashSet::new();
     let mut group = Vec::new();
     let mut rest = Vec::new();
     for item in pending.drain(..) {
-        if group.len() < max && keys.insert(key(&item).to_string()) {
+        let k = key(&item);
+        if group.len() < max && !busy.contains(k) && keys.insert(k.to_string()) {
             group.push(item);
         } else {
             rest.push(item);
@@ -186,16 +242,25 @@ mod tests {
     #[test]
     fn a_statement_takes_each_key_once_and_at_most_max_items() {
         let mut pending: Vec<String> = ["a", "b", "a", "c", "d"].map(String::from).to_vec();
-        let group = take(&mut pending, |k| k, 3);
+        let none = HashSet::new();
+        let group = take(&mut pending, |k| k, &none, 3);
         assert_eq!(group, ["a", "b", "c"]);
         assert_eq!(
             pending,
             ["a", "d"],
             "the second `a` and what did not fit wait, in order"
         );
-        let group = take(&mut pending, |k| k, 3);
+        let group = take(&mut pending, |k| k, &none, 3);
         assert_eq!(group, ["a", "d"]);
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_key_in_another_writers_statement_waits_for_it() {
+        let mut pending: Vec<String> = ["a", "b"].map(String::from).to_vec();
+        let busy = HashSet::from(["a".to_string()]);
+        assert_eq!(take(&mut pending, |k| k, &busy, 3), ["b"]);
+        assert_eq!(pending, ["a"]);
     }
 
     /// Waits for a state the test can see, for 10 s at most.
@@ -228,7 +293,7 @@ mod tests {
             async move { writer.write("x".into()).await }
         });
         // Wait until the first item's writer runs (nothing pending), then queue three more.
-        until(|| writer.state().writing && writer.state().pending.is_empty()).await;
+        until(|| writer.state().writing == 1 && writer.state().pending.is_empty()).await;
         let rest: Vec<_> = ["yy", "zzz", "yy"]
             .map(|item| {
                 let writer = writer.clone();
@@ -246,5 +311,33 @@ mod tests {
         assert_eq!(outcomes, [2, 3, 2], "each item gets its own outcome");
         // One statement alone, then the two distinct keys together, then the repeated key.
         assert_eq!(*sizes.lock().unwrap(), [1, 2, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_second_writer_writes_while_the_first_statement_runs() {
+        let (gate, opened) = tokio::sync::watch::channel(false);
+        let write: WriteGroup<String, usize> = Arc::new(move |items: Vec<String>| {
+            let mut opened = opened.clone();
+            Box::pin(async move {
+                if items.iter().any(|i| i == "slow") {
+                    let _ = opened.wait_for(|open| *open).await;
+                }
+                Ok(items.iter().map(String::len).collect())
+            })
+        });
+        let writer = GroupWriter::with_writers(write, |s: &String| s.as_str(), 100, 2);
+        let slow = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.write("slow".into()).await }
+        });
+        until(|| writer.state().in_flight.contains("slow")).await;
+        // The first statement cannot end until the gate opens: only a second writer answers.
+        let fast = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            writer.write("quick".into()),
+        );
+        assert_eq!(fast.await.expect("written beside the first").unwrap(), 5);
+        gate.send_replace(true);
+        assert_eq!(slow.await.unwrap().unwrap(), 4);
     }
 }

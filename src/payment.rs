@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::config::PaymentProtocol;
 use crate::telemetry::metrics;
 
 /// The payment provider's semaphore (`--payment-concurrency`), under `{root}/semaphores/`.
@@ -56,7 +57,12 @@ impl Provider {
     /// A client for the provider at `url` (`http://` or `https://`: rustls, trusting the
     /// platform's roots, or those of `SSL_CERT_FILE` instead when it is set, as OpenSSL
     /// does), sending `api_key` as a bearer token.
-    pub fn new(url: &str, timeout: Duration, api_key: Option<&str>) -> anyhow::Result<Provider> {
+    pub fn new(
+        url: &str,
+        timeout: Duration,
+        api_key: Option<&str>,
+        protocol: PaymentProtocol,
+    ) -> anyhow::Result<Provider> {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| anyhow::anyhow!("--payment-url {url:?} is not a URL: {e}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
@@ -75,8 +81,21 @@ impl Provider {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
-            .default_headers(headers)
-            .build()?;
+            .default_headers(headers);
+        let http = match protocol {
+            // Over https, ALPN offers both and the provider picks; over http, HTTP/1.1.
+            PaymentProtocol::Auto => http,
+            PaymentProtocol::Http1 => http.http1_only(),
+            // One connection carries every charge in flight (a connection per charge costs
+            // the instance its buffers under a crowd); a dead connection is noticed by its
+            // pings, not by a charge's timeout.
+            PaymentProtocol::Http2 => http
+                .http2_prior_knowledge()
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .http2_keep_alive_timeout(timeout)
+                .http2_keep_alive_while_idle(true),
+        }
+        .build()?;
         Ok(Provider {
             http,
             url: url.trim_end_matches('/').to_string(),
@@ -308,7 +327,13 @@ mod tests {
     }
 
     fn client(url: &str) -> Provider {
-        Provider::new(url, Duration::from_millis(500), Some("key")).unwrap()
+        Provider::new(
+            url,
+            Duration::from_millis(500),
+            Some("key"),
+            PaymentProtocol::Auto,
+        )
+        .unwrap()
     }
 
     fn soon() -> Instant {

@@ -109,6 +109,7 @@ impl Application {
             &config.payment_url,
             config.payment_timeout(),
             config.payment_api_key.as_deref(),
+            config.payment_protocol,
         )?;
         // Not fatal (in a compose file the provider may start after us), but said now, and
         // `/readyz` stays 503 naming the provider until it answers and takes our key.

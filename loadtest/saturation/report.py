@@ -99,6 +99,89 @@ def auth_compare(r: dict[str, Any]) -> list[str]:
     return out
 
 
+# The label of the rows 1, 10 and 100 hot products are held to one another by, uniform and
+# routed (a report from before routing has only the first, its rows no `routed`).
+SALE_LABEL = {False: "zk batched", True: "zk batched, routed"}
+
+
+def routed_cell(x: dict[str, Any]) -> str:
+    """The table's `routed` cell: no, or yes and the products of each instance that got any
+    (`POST /orders` to those instances where the build has no product route: a baseline's)."""
+    if not x.get("routed"):
+        return "no"
+    split = "/".join(str(w["products"]) for w in x.get("wrks") or [])
+    old = "" if x.get("by_path", True) else ", `POST /orders`"
+    return f"yes ({split}{old})" if split else "yes"
+
+
+def one_hot(rows: list[dict[str, Any]], routed: bool) -> dict[str, Any] | None:
+    """The rows' one-hot row (zk batched, 300 connections), uniform or routed."""
+    return next((x for x in rows if x["label"] == SALE_LABEL[routed] and x["hot"] == 1
+                 and bool(x.get("routed")) == routed), None)
+
+
+def summary(r: dict[str, Any], b: str) -> list[str]:
+    """Build `b`'s lines under the table: many hot products against one, uniform and routed;
+    one hot product against the run's healthz ceiling; the crowds against the one-hot row of
+    their routing (their refusals' cost, RSS at 4,000 connections); the longest handover and
+    the most ZooKeeper writes per paid order of any row."""
+    rows = [x for x in r["rows"] if x["build"] == b]
+    out = []
+    ones = {routed: one_hot(rows, routed) for routed in (False, True)}
+    for routed, one in ones.items():
+        for x in rows if one else []:
+            if x["label"] == SALE_LABEL[routed] and x["hot"] > 1 and bool(x.get("routed")) == routed:
+                out.append(f"- {b}: {x['hot']} hot products at "
+                           f"{x['paid_per_s'] / max(one['paid_per_s'], 1e-9):.2f}× one hot "
+                           f"product's rate ({'routed' if routed else 'uniform'}, zk batched)")
+    floor = (r.get("floor") or {}).get(b)
+    # Reports from before the refusal floor held the healthz floor alone.
+    ceiling = floor and floor.get("healthz", floor).get("requests_per_s")
+    for routed, one in ones.items():
+        if one and ceiling:
+            out.append(f"- {b}: one hot product ({'routed' if routed else 'uniform'}) at "
+                       f"{one['paid_per_s'] / ceiling:.3f}× the healthz ceiling of this run "
+                       f"({fmt(one['paid_per_s'])} against {fmt(ceiling)}/s: GET /healthz, "
+                       "same wrk, 100 connections per instance)")
+    for over in (x for x in rows if x["connections"] >= 3000 or not x["connections"]):
+        routed = bool(over.get("routed"))
+        one = ones[routed] or ones[not routed]
+        if not one:
+            continue
+        # A refusal's service CPU: what the row's service spent beyond its paid orders at
+        # the 300-connection row's cost each, over the refusals.
+        extra = over["cpu_us"]["service"] - over["paid"] * one["cpu_us_per_paid"]["service"]
+        per_refusal = extra / over["refused"] if over["refused"] else None
+        shape = (f"{fmt(over['connections'])} connections" if over["connections"]
+                 else f"the open model ({fmt(over['offered_per_s'])}/s offered by k6)")
+        which = "routed" if one.get("routed") else "uniform"
+        out.append(f"- {b}: {shape}{', routed,' if routed else ''} at "
+                   f"{over['paid_per_s'] / max(one['paid_per_s'], 1e-9):.2f}× the {which} "
+                   f"300-connection rate; {fmt(over['refused_per_s'])} refusals/s"
+                   + (f", {fmt(per_refusal, 1)} µs of service CPU each (beyond the paid "
+                      "orders' own)" if per_refusal is not None else "")
+                   + f"; p99 of the accepted orders {accepted(over)} ms")
+    for x in (x for x in rows if x["connections"] >= 4000 and x.get("peak_rss_mib")):
+        out.append(f"- {b}: RSS with {fmt(x['connections'])} connections open"
+                   + (" (routed: one hot product, so one instance holds them all)"
+                      if x.get("routed") and x["hot"] == 1 else "")
+                   + f": {fmt(x['peak_rss_mib'], 1)} MiB at most per instance, every row so "
+                   f"far ({'within' if x['peak_rss_mib'] <= 64 else '**over**'} 64 MiB)")
+    kept = [x for x in rows if x.get("longest_handover_ms") is not None]
+    if kept:
+        x = max(kept, key=lambda x: x["longest_handover_ms"])
+        out.append(f"- {b}: the longest a node waited behind a kept lock: "
+                   f"{fmt(x['longest_handover_ms'])} ms ({x['label']}, {x['hot']} hot; "
+                   f"{fmt(sum(y.get('kept_cycles') or 0 for y in kept))} lock cycles on kept "
+                   "nodes in all)")
+    zk = [x for x in rows if x["guard"] == "zk" and x.get("paid")]
+    if zk:
+        x = max(zk, key=lambda x: x["zk_writes_per_paid"])
+        out.append(f"- {b}: ZooKeeper writes per paid order, at most "
+                   f"{fmt(x['zk_writes_per_paid'], 3)} ({x['label']}, {x['hot']} hot)")
+    return out
+
+
 def markdown(r: dict[str, Any], chart: str | None = None) -> str:
     """saturation.md: the rows, the lapse, the floors and bounds, the profiles."""
     builds = sorted({x["build"] for x in r["rows"]}, key=lambda b: b != "this")
@@ -117,23 +200,34 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
                 f"(`{r['baseline']}`, an older commit's build) on a fleet of its own, the one to "
                 "go first alternating row by row"
                 + (", the other way round from a run without `--swap`." if r.get("swap") else ".")]
-    out += ["", "| build | guard | hot products | connections | paid orders/s | p50 (ms) | "
-            "p99 (ms) | p99 of the accepted (ms) | refused / s | CPU µs / paid: service | "
-            "PostgreSQL | ZooKeeper | service + PostgreSQL + ZooKeeper | provider | its ledger | "
-            "generator | ZK writes / paid | orders / lock cycle | ZK writes / lock cycle | "
-            "lock cycles / transaction | peak RSS so far (MiB) | exact |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    if any(x.get("routed") for x in r["rows"]):
+        out += ["", "**Routed** rows send each product's orders to the one instance nginx's "
+                "consistent hash picks (`POST /api/products/{id}/orders`, as deploy/nginx.conf "
+                "routes them: where the product's lock is kept), the row's connections shared "
+                "among the instances in proportion to their products (in brackets: the products "
+                "of each instance that got any); the others spread every product's orders over "
+                "the 3 (`POST /orders`). **Longest handover**: the longest a lock node waited "
+                "behind a kept lock before its holder gave it up, over the row's products and "
+                "instances (`GET /api/products/{id}/lock`, its warm-up second included)."]
+    out += ["", "| build | guard | hot products | connections | routed | paid orders/s | "
+            "p50 (ms) | p99 (ms) | p99 of the accepted (ms) | refused / s | CPU µs / paid: "
+            "service | PostgreSQL | ZooKeeper | service + PostgreSQL + ZooKeeper | provider | "
+            "its ledger | generator | ZK writes / paid | orders / lock cycle | ZK writes / lock "
+            "cycle | lock cycles / transaction | longest handover (ms) | peak RSS so far (MiB) | "
+            "exact |", "|" + "---|" * 24]
     for x in r["rows"]:
         c = x["cpu_us_per_paid"]
         out.append(
             f"| {x['build']} | {x['label']} | {x['hot']} | "
             f"{fmt(x['connections']) if x['connections'] else 'k6, ' + fmt(x['offered_per_s']) + '/s offered'} | "
+            f"{routed_cell(x)} | "
             f"{fmt(x['paid_per_s'])} | {fmt(x['p50_ms'], 1)} | {fmt(x['p99_ms'], 1)} | "
             f"{accepted(x)} | "
             f"{fmt(x.get('refused_per_s', x['refused'] / x['seconds']))} | {fmt(c['service'], 1)} | {fmt(c['postgresql'], 1)} | "
             f"{fmt(c['zookeeper'], 1)} | **{fmt(ours(c), 1)}** | {fmt(c['provider'], 1)} | "
             f"{fmt(c['ledger'], 1)} | {fmt(c['generator'], 1)} | {fmt(x['zk_writes_per_paid'], 3)} | "
             f"{per_cycle_figures(x)} | "
+            f"{fmt(x['longest_handover_ms']) if x.get('longest_handover_ms') is not None else '–'} | "
             f"{fmt(x['peak_rss_mib'], 1) if x.get('peak_rss_mib') else '–'} | "
             f"{'yes' if x['exact'] else '**NO**'} |")
     if r.get("lapse"):
@@ -163,24 +257,7 @@ def markdown(r: dict[str, Any], chart: str | None = None) -> str:
     out += ["", "Peak RSS per instance (after every row): " + ", ".join(
         f"{b} {fmt(v, 1)} MiB" for b, v in r["peak_rss_mib"].items()), ""]
     for b in builds:
-        rows = [x for x in r["rows"] if x["build"] == b]
-        one = next((x for x in rows if x["label"] == "zk batched" and x["hot"] == 1), None)
-        for x in rows if one else []:
-            if x["label"] == "zk batched" and x["hot"] > 1:
-                out.append(f"- {b}: {x['hot']} hot products at {x['paid_per_s'] / one['paid_per_s']:.0%} "
-                           "of one hot product's rate (zk batched)")
-        for over in (x for x in rows if one and (x["connections"] >= 3000 or not x["connections"])):
-            # A refusal's service CPU: what the row's service spent beyond its paid orders at
-            # the 300-connection row's cost each, over the refusals.
-            extra = over["cpu_us"]["service"] - over["paid"] * one["cpu_us_per_paid"]["service"]
-            per_refusal = extra / over["refused"] if over["refused"] else None
-            shape = (f"{fmt(over['connections'])} connections" if over["connections"]
-                     else f"the open model ({fmt(over['offered_per_s'])}/s offered by k6)")
-            out.append(f"- {b}: {shape} at {over['paid_per_s'] / one['paid_per_s']:.2f}× the "
-                       f"300-connection rate; {fmt(over['refused_per_s'])} refusals/s"
-                       + (f", {fmt(per_refusal, 1)} µs of service CPU each (beyond the paid "
-                          "orders' own)" if per_refusal is not None else "")
-                       + f"; p99 of the accepted orders {accepted(over)} ms")
+        out += summary(r, b)
     if "baseline" in builds:
         out += ["", "This build against the baseline, row by row (paid orders/s; CPU per paid "
                 "order of the service, PostgreSQL and ZooKeeper):", ""]

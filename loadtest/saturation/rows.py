@@ -13,7 +13,7 @@ from ..common.web import http_json
 from ..common.zk import zxid
 from ..fleet import PER_USER_LIMIT, STOCK, Instances, k6_step, log, row_done
 from .cpu import TICK, Parts, jit_ticks, spent_us, user_sys_ticks, zookeeper_pids
-from .load import accepted_buckets, accepted_p99_ms, fleet_sql, lock_cycles, wrk
+from .load import accepted_buckets, accepted_p99_ms, fleet_sql, lock_cycles, lock_stats, wrk
 
 # The open model's offered rate: this many times the build's own saturation (row 1).
 OPEN_TIMES = 5
@@ -48,24 +48,36 @@ def warm_up(inst: Instances, run_id: str, chunk: int = 5,
 
 
 def row(inst: Instances, parts: Parts, label: str, guard: str, batch: int, hot: int,
-        connections: int, seconds: int, run_id: str, new_buyers: bool = False) -> dict[str, Any]:
+        connections: int, seconds: int, run_id: str, new_buyers: bool = False,
+        routed: bool = False) -> dict[str, Any]:
     """One row; with `new_buyers`, its measured run's orders come from a pool of buyers the
-    instances have never seen (signed in after the warm-up: no token of theirs verified yet)."""
+    instances have never seen (signed in after the warm-up: no token of theirs verified yet).
+    `routed`: each product's orders go to the one instance nginx's consistent hash sends them
+    to, `POST /api/products/{id}/orders` (loadtest/saturation/load.py's `wrk`); else every
+    instance takes every product's, `POST /orders`."""
     products = [inst.product(guard, batch) for _ in range(hot)]
+    # How the row's wrks send their orders (the warm-up's too: the locks, pools and caches
+    # warmed where the row's orders will go).
+    how = {"routed": routed, "by_path": inst.product_route}
     # The fleet's buyers (their tokens renewed now if need be: not while the row runs).
     buyers = inst.load_env()
     # A short warm-up: pools filled, lock nodes' parents made, caches loaded.
-    warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm", buyers=buyers)
+    warm = wrk(inst.urls, products, min(connections, 100), 1, f"{run_id}-warm", buyers=buyers,
+               **how)
     if new_buyers:
         inst.new_pool()
         buyers = inst.load_env()
+    # Kept lock cycles, from each instance's own count of the row's products (before: the
+    # warm-up's are not the row's).
+    locks = guard == "zk"
+    kept_before = lock_stats(inst.urls, products) if locks else None
     zk_before = zxid(os.environ["SECKILL_ZK"])
     cycles_before = lock_cycles(inst.urls)
     zookeeper = zookeeper_pids()
     jit_before = jit_ticks(zookeeper)
     accepted_before = accepted_buckets(inst.urls)
     before = parts.snapshot()
-    counts = wrk(inst.urls, products, connections, seconds, run_id, buyers=buyers)
+    counts = wrk(inst.urls, products, connections, seconds, run_id, buyers=buyers, **how)
     after = parts.snapshot()
     accepted_p99 = accepted_p99_ms(accepted_before, accepted_buckets(inst.urls))
     # Part of ZooKeeper's CPU, if its JIT compiler was still at work (see `warm_up`).
@@ -73,6 +85,7 @@ def row(inst: Instances, parts: Parts, label: str, guard: str, batch: int, hot: 
     zk_writes = zxid(os.environ["SECKILL_ZK"]) - zk_before
     cycles, served, shared, shared_cycles = (
         a - b for a, b in zip(lock_cycles(inst.urls), cycles_before))
+    kept = lock_stats(inst.urls, products) if locks else None
     audits = [inst.audit(p) for p in products]
     sold = sum(a["sold"] for a in audits)
     paid = counts["created"]
@@ -98,6 +111,14 @@ def row(inst: Instances, parts: Parts, label: str, guard: str, batch: int, hot: 
         "cpu_us": cpu, "cpu_us_per_paid": per_paid, "units_sold": sold, "exact": exact,
         "peak_rss_mib": inst.peak_rss(), "zk_jit_ms": jit_ms,
         "refused_per_s": counts["refused"] / counts["seconds"], "accepted_p99_ms": accepted_p99,
+        # Routed: which instances took the orders, how many products and connections each.
+        "routed": routed, "by_path": routed and inst.product_route, "wrks": counts["wrks"],
+        # The longest a node waited behind a kept lock (the warm-up's second included: a
+        # maximum cannot be taken apart) and the cycles served on kept nodes during the run;
+        # None for a guard with no lock, or a build from before kept locks.
+        "longest_handover_ms": kept and kept["longest_handover_ms"],
+        "kept_cycles": (kept["kept_cycles"] - kept_before["kept_cycles"]
+                        if kept and kept_before else None),
     }
     return result
 
@@ -105,7 +126,8 @@ def row(inst: Instances, parts: Parts, label: str, guard: str, batch: int, hot: 
 def open_row(inst: Instances, parts: Parts, rate: int, seconds: int,
              run_id: str) -> dict[str, Any]:
     """An open model from k6 (loadtest/bench.js): orders arrive at `rate` per second whatever
-    the answers, for one hot product (zk batched). k6 waits for every answer, so every unit
+    the answers, for one hot product (zk batched), spread over the instances (`POST /orders`,
+    as row 1 whose rate it is offered 5x of). k6 waits for every answer, so every unit
     sold was answered 201. Its CPU is the generator's, like wrk's in the other rows (k6
     spends many times wrk's per request)."""
     products = [inst.product("zk", 256)]
@@ -114,7 +136,7 @@ def open_row(inst: Instances, parts: Parts, rate: int, seconds: int,
     warm_sold = inst.audit(products[0])["sold"]
     zk_before = zxid(os.environ["SECKILL_ZK"])
     before = parts.snapshot()
-    step = k6_step(inst.urls, products, rate, seconds, run_id, buyers=buyers)
+    step = k6_step(inst.urls, products, rate, seconds, run_id, buyers=buyers, routed=False)
     after = parts.snapshot()
     zk_writes = zxid(os.environ["SECKILL_ZK"]) - zk_before
     audit = inst.audit(products[0])
@@ -136,9 +158,15 @@ def open_row(inst: Instances, parts: Parts, rate: int, seconds: int,
         "cpu_us": cpu, "cpu_us_per_paid": {k: v / max(paid, 1) for k, v in cpu.items()},
         "units_sold": sold,
         "exact": audit["oversold"] == 0 and audit["consistent"] and paid <= sold <= paid + unread,
-        "peak_rss_mib": inst.peak_rss(),
+        "peak_rss_mib": inst.peak_rss(), "routed": False,
     }
     return result
+
+
+def spread(x: dict[str, Any]) -> str:
+    """Where a row's orders went: each wrk's instance (its port), products and connections."""
+    return ", ".join(f"{w['products']} on :{w['url'].rsplit(':', 1)[-1]} "
+                     f"({w['connections']} connections)" for w in x.get("wrks") or [])
 
 
 def row_line(x: dict[str, Any], done: int, total: int) -> str:
@@ -155,6 +183,11 @@ def row_line(x: dict[str, Any], done: int, total: int) -> str:
                    f"orders/cycle {x['orders_per_cycle']:.1f}",
                    f"cycles/transaction {x['cycles_per_transaction'] or 0:.2f}",
                    f"ZooKeeper's JIT {x['zk_jit_ms']:.0f} ms"]
+        if x.get("longest_handover_ms") is not None:
+            figures.append(f"longest handover {x['longest_handover_ms']} ms, kept cycles "
+                           f"{x['kept_cycles'] if x.get('kept_cycles') is not None else '–'}")
+        if x.get("routed"):
+            figures.append("routed: " + spread(x))
     label = f"{x['label']} hot {x['hot']}" + (f" ({x['build']})" if x.get("build") else "")
     return row_done(done, total, label, figures, x["exact"])
 

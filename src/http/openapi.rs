@@ -28,6 +28,7 @@ use crate::inventory;
     ),
     paths(
         orders::create,
+        orders::create_of_product,
         orders::pay,
         orders::show,
         orders::list,
@@ -242,6 +243,7 @@ impl Modify for Bounds {
         }
         fields.push(("Restock", "quantity", 1, inventory::MAX_STOCK));
         fields.push(("NewOrder", "quantity", 1, inventory::MAX_PER_ORDER));
+        fields.push(("ProductOrder", "quantity", 1, inventory::MAX_PER_ORDER));
         for (schema, field, min, max) in fields {
             let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(schema) else {
                 continue;

@@ -16,22 +16,29 @@ use super::{parse_id, Arrived, Json, Path};
 use crate::config::Config;
 use crate::error::Error;
 use crate::idempotency::{self, Kept};
-use crate::orders::{Answer, NewOrder, Order, Payment};
+use crate::orders::{Answer, NewOrder, Order, Payment, ProductOrder};
 
 /// The header that makes a `POST /orders` safe to retry.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 pub fn router(config: &Config) -> Router<AppState> {
-    let create = match super::limit::per_client(config) {
-        Some(limiter) => post(create).route_layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
+    let (create, of_product) = (post(create), post(create_of_product));
+    let (create, of_product) = match super::limit::per_client(config) {
+        Some(limiter) => {
+            // One limiter for both ways of ordering: a client's orders count together.
+            let limit = move |request: axum::extract::Request, next: axum::middleware::Next| {
                 super::limit::check(limiter.clone(), request, next)
-            },
-        )),
-        None => post(create),
+            };
+            (
+                create.route_layer(axum::middleware::from_fn(limit.clone())),
+                of_product.route_layer(axum::middleware::from_fn(limit)),
+            )
+        }
+        None => (create, of_product),
     };
     Router::new()
         .route("/orders", create.get(list))
+        .route("/api/products/{id}/orders", of_product)
         .route("/orders/{id}", get(show))
         .route("/orders/{id}/pay", post(pay))
 }
@@ -64,8 +71,53 @@ async fn create(
     State(state): State<AppState>,
     Arrived(arrived): Arrived,
     caller: Caller,
+    key: IdempotencyKey,
+    Json(new): Json<NewOrder>,
+) -> Result<Response, ApiError> {
+    place(state, arrived, caller, key, new).await
+}
+
+/// Buys the product the path names, as `POST /orders` does: the same body without
+/// `product_id`, the same answers. A load balancer can route by the path alone, so each
+/// product's orders reach the instance that holds (and keeps) its lock (see
+/// `deploy/nginx.conf`); any instance still serves any product correctly.
+#[utoipa::path(post, path = "/api/products/{id}/orders", operation_id = "placeOrderOfProduct", tag = "orders",
+    request_body = ProductOrder, security(("buyer" = []), ("admin" = [])),
+    params(("id" = i64, Path, description = "The product's id"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,128}$",
+        description = "As for `POST /orders`")),
+    responses(
+        (status = 201, description = "The order, as `POST /orders` answers it", body = Order,
+            headers(("idempotent-replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`invalid_request` (a malformed id; a body with `product_id`: the path names the product)", body = ErrorBody<'static>),
+        (status = 401, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 402, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 403, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 404, description = "`unknown_product`", body = ErrorBody<'static>),
+        (status = 409, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 422, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 429, description = "As for `POST /orders`", body = ErrorBody<'static>),
+        (status = 503, description = "As for `POST /orders`", body = ErrorBody<'static>),
+    ))]
+async fn create_of_product(
+    State(state): State<AppState>,
+    Arrived(arrived): Arrived,
+    caller: Caller,
+    key: IdempotencyKey,
+    Path(id): Path<String>,
+    Json(order): Json<ProductOrder>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "product id")?;
+    place(state, arrived, caller, key, order.of(id)).await
+}
+
+/// Places `new` for `caller`: parsed, admitted and, if admitted, placed in a task of its own.
+async fn place(
+    state: AppState,
+    arrived: std::time::Instant,
+    caller: Caller,
     IdempotencyKey(key): IdempotencyKey,
-    Json(mut new): Json<NewOrder>,
+    mut new: NewOrder,
 ) -> Result<Response, ApiError> {
     // Parsed once, here: a request that can never be valid is not worth remembering.
     let buyer = caller.buyer(new.user_id.take())?;

@@ -31,12 +31,15 @@
 //! - [`reentrant`]: an [`Owner`] that holds a product's lock takes it again by counting, as
 //!   Curator's `InterProcessMutex` does per thread.
 //!
+//! - [`kept`]: a sale's holder keeps its node across cycles while its orders keep coming,
+//!   and gives it up within a fairness bound when another node waits behind it.
 //! - [`session`]: the session, replaced when ZooKeeper expires it.
 //! - [`node`]: node names and queue order; a node of ours that deletes itself on drop.
 //! - [`view`]: the queue as the teaching page draws it.
 
 mod fair;
 mod herd;
+mod kept;
 mod node;
 mod reentrant;
 mod rwlock;
@@ -52,6 +55,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zookeeper_client as zk;
 
+pub use kept::{Fairness, Keeping};
 pub use node::make_dir;
 pub use reentrant::Owner;
 pub use rwlock::{Access, TermsLock};

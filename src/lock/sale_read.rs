@@ -40,6 +40,15 @@ pub(super) struct SaleRead {
     _lock: TermsLock,
     /// The session the node belongs to: a hold from an ended session is never handed out.
     session: zk::SessionId,
+    /// Set when the hold is retired (a writer queued): a kept stock lock carrying it lets go.
+    retired: watch::Sender<bool>,
+}
+
+impl SaleRead {
+    /// Whether the hold is retired, as it changes.
+    pub(super) fn retired(&self) -> watch::Receiver<bool> {
+        self.retired.subscribe()
+    }
 }
 
 /// This instance's holds, one per product at most.
@@ -78,13 +87,18 @@ impl SaleReads {
             .get(&product_id)
             .is_some_and(|kept| std::ptr::eq(Arc::as_ptr(kept), read.as_ptr()))
         {
-            held.remove(&product_id);
+            if let Some(read) = held.remove(&product_id) {
+                read.retired.send_replace(true);
+            }
         }
     }
 
     /// Retires every hold (shutdown: their nodes go once the cycles in flight are done).
     pub(super) fn clear(&self) {
-        self.held.lock().expect("sale reads poisoned").clear();
+        let mut held = self.held.lock().expect("sale reads poisoned");
+        for (_, read) in held.drain() {
+            read.retired.send_replace(true);
+        }
     }
 }
 
@@ -119,6 +133,7 @@ impl Zk {
         let read = Arc::new(SaleRead {
             _lock: TermsLock::granted(node, Access::Read, started.elapsed()),
             session,
+            retired: watch::channel(false).0,
         });
         let (kept, ours) = self.inner.sale_reads.keep(product_id, read);
         if ours {

@@ -14,6 +14,11 @@ pub struct LockStats {
     /// already watching (one who is between its create and its watch sees the lock free and
     /// takes it unwoken), so the step-through waits for this before each Next.
     pub watching: u64,
+    /// Lock cycles served on a kept node (after its first): no node made for them.
+    pub kept_cycles: u64,
+    /// The longest a node waited behind a kept lock before it was given up (ms): the
+    /// fairness bound, as measured.
+    pub longest_handover_ms: u64,
 }
 
 /// What a waiter tells its product's statistics: each watch while it is set, each wake as it
@@ -110,5 +115,18 @@ impl Zk {
     pub fn count_served(&self, product_id: i64, orders: usize) {
         let mut stats = self.inner.stats.lock().expect("stats poisoned");
         stats.entry(product_id).or_default().orders += orders as u64;
+    }
+
+    /// Counts one lock cycle served on a kept node.
+    pub(super) fn count_kept(&self, product_id: i64) {
+        let mut stats = self.inner.stats.lock().expect("stats poisoned");
+        stats.entry(product_id).or_default().kept_cycles += 1;
+    }
+
+    /// A kept lock was given up after someone had waited behind it for `waited`.
+    pub(super) fn count_handover(&self, product_id: i64, waited: std::time::Duration) {
+        let mut stats = self.inner.stats.lock().expect("stats poisoned");
+        let longest = &mut stats.entry(product_id).or_default().longest_handover_ms;
+        *longest = (*longest).max(waited.as_millis() as u64);
     }
 }

@@ -2,7 +2,7 @@
 //! stock and the buyers' holdings read once; what they write (the order rows, the buyers'
 //! units, their keys' links: one statement, `store::insert`), their answers, and the commit
 //! that must succeed before any is told it sold. The transaction is one shared with other
-//! products' cycles (`shared`), or one of its own (`cycle::serve_alone`). A lone order is a
+//! products' cycles (`shared`), or one of its own (`alone::serve_alone`). A lone order is a
 //! batch of one; so is every order of a per-request product.
 
 use std::borrow::Cow;

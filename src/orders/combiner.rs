@@ -1,5 +1,5 @@
 //! The combining queue: orders for one product wait on this instance in arrival order, and
-//! one worker at a time (see `cycle::work`) takes the product's guard (for `zk`, the
+//! one worker at a time (see `worker`) takes the product's guard (for `zk`, the
 //! ZooKeeper lock: one node in the fair queue for the whole instance), serves up to
 //! `batch_max` of them in one lock cycle, releases, and goes again while anyone waits.
 //! Orders that arrive during a cycle form the next one, so batches grow with the load and no
@@ -130,7 +130,7 @@ impl Combiner {
 }
 
 /// A queue's lock, even after a panic while it was held: a lock-cycle worker that panics
-/// is started again (`cycle::supervise`), and a poisoned lock would make every order of the
+/// is started again (`worker::supervise`), and a poisoned lock would make every order of the
 /// product panic after it. The state is plain counts and a list, whole at every step.
 fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)

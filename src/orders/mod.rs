@@ -20,7 +20,7 @@
 //! `batch_max` 1, or guard `none`, serves each order in a lock cycle of its own.
 //!
 //! One order's way, top to bottom: [`request`] (parsed at the edge) → [`place`]
-//! (`Shop::admit`, `Shop::place`) → [`combiner`] (or a cycle of its own) → [`cycle`] →
+//! (`Shop::admit`, `Shop::place`) → [`combiner`] → `worker` (or a cycle of its own) → [`cycle`] →
 //! `shared` (or a transaction of the cycle's own) → [`batch`] (with `inventory`'s fenced
 //! read-check-write) → [`store`] → [`pay`].
 //!
@@ -29,7 +29,11 @@
 //! - [`shop`]: the handles the order path uses; `rules`, what the configuration tells it.
 //! - [`place`]: admission, and the way to a lock cycle.
 //! - [`combiner`]: the per-product queue whose worker runs the lock cycles.
-//! - [`cycle`]: one lock cycle, from the entered guard to every order's answer.
+//! - `worker`: that worker: lock cycles while orders wait, the lock kept between them while
+//!   they keep coming (given up within the fairness bound when another instance waits).
+//! - [`cycle`]: one lock cycle, from the entered guard to every order's answer; `acted`, the
+//!   one seam where a cycle acting something out for the teaching page leaves it; `alone`, a
+//!   cycle's transaction of its own; `answer`, its orders answered.
 //! - [`batch`]: one lock cycle's decisions and writes.
 //! - `shared`: the lock cycles of every product whose lock the instance holds at one moment,
 //!   in one transaction.
@@ -40,6 +44,9 @@
 //! - [`sweep`]: the background loops: returns, settlement of stale payments, upkeep.
 //! - [`store`]: the order's SQL; `intents`: the payment intents' SQL.
 
+mod acted;
+mod alone;
+mod answer;
 pub mod batch;
 pub mod combiner;
 pub mod cycle;
@@ -56,11 +63,12 @@ mod shared;
 pub mod shop;
 pub mod store;
 pub mod sweep;
+mod worker;
 
 pub use model::{Answer, Order, OrderStatus, Payment, Ticket};
 pub use pay::intent_key;
 
 pub use place::Admitted;
-pub use request::{NewOrder, OrderRequest};
+pub use request::{NewOrder, OrderRequest, ProductOrder};
 pub use rules::{Rules, ANSWER_MARGIN};
 pub use shop::Shop;

@@ -1,7 +1,7 @@
 //! An order's way from the edge to its lock cycle: admitted once ([`Shop::admit`]: every
 //! check that writes nothing), then placed ([`Shop::place`]): it waits in its product's
 //! queue on this instance for a lock cycle to serve it (a combined product, see `combiner`
-//! and `cycle::work`), or takes the guard in a lock cycle of its own (a per-request product).
+//! and `worker`), or takes the guard in a lock cycle of its own (a per-request product).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use super::model::{Answer, OrderStatus, Ticket, Waiting};
 use super::request::OrderRequest;
 use super::shop::Shop;
 use super::store;
+use super::worker;
 use crate::error::Error;
 use crate::inventory::{self, Terms};
 use crate::line::Pass;
@@ -239,7 +240,7 @@ impl Shop {
             .submit(terms.id, Waiting::new(ticket, reply), max)?;
         if let Some(queue) = joined {
             self.tasks
-                .spawn(cycle::supervise(self.clone(), terms.clone(), queue));
+                .spawn(worker::supervise(self.clone(), terms.clone(), queue));
         }
         let sold_out_flag = terms.id.to_string();
         let left = tokio::select! {
@@ -314,7 +315,8 @@ impl Shop {
             }
         };
         let (reply, answer) = oneshot::channel();
-        cycle::run(
+        // A lone order's lock is never kept: released as soon as its cycle hands it back.
+        let released = cycle::run(
             self,
             &terms,
             entered,
@@ -324,6 +326,7 @@ impl Shop {
         )
         .instrument(span.span)
         .await;
+        drop(released);
         answer.await.unwrap_or_else(|_| Err(cycle::lost_answer()))
     }
 }

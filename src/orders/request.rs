@@ -43,6 +43,43 @@ fn yes() -> bool {
     true
 }
 
+/// An order of the product a path names (`POST /api/products/{id}/orders`): a [`NewOrder`]
+/// without `product_id`, so that a load balancer can send each product's orders to one
+/// instance by the path alone.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProductOrder {
+    /// As in [`NewOrder`].
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
+    pub user_id: Option<String>,
+    /// As in [`NewOrder`].
+    #[serde(default = "one", deserialize_with = "crate::integer::whole")]
+    pub quantity: i64,
+    /// As in [`NewOrder`].
+    #[serde(default = "yes")]
+    pub pay: bool,
+    /// As in [`NewOrder`].
+    #[schema(max_length = 512)]
+    pub pass: Option<String>,
+}
+
+impl ProductOrder {
+    /// The order, of product `product_id`.
+    pub fn of(self, product_id: i64) -> NewOrder {
+        NewOrder {
+            product_id,
+            user_id: self.user_id,
+            quantity: self.quantity,
+            pay: self.pay,
+            pass: self.pass,
+        }
+    }
+}
+
 /// An order that passed the checks that need no database: who buys, and a positive
 /// quantity. Only [`NewOrder::parse`] makes one. Serialised (defaults filled in) as the
 /// Idempotency-Key's fingerprint.

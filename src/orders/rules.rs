@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use super::model::Ticket;
 use crate::config::Config;
 use crate::database::Bound;
+use crate::lock::Fairness;
 
 /// What a payment keeps of its request's time for answering: the buyer hears the outcome
 /// (or `payment_busy`, or `outcome_pending`) from us, not a bare timeout. (Its request
@@ -31,6 +32,9 @@ pub struct Rules {
     /// The client's bound on one database step of a lock cycle (`--db-statement-timeout-ms`
     /// and a margin): a step that does not answer by then is abandoned (`database`).
     pub db_step: Duration,
+    /// How long a lock is kept between cycles, and the bound on anyone's wait behind it
+    /// (`--lock-linger-ms`, `--lock-handover-ms`, `--lock-handover-cycles`).
+    pub fairness: Fairness,
 }
 
 impl Rules {
@@ -78,6 +82,7 @@ impl Rules {
             payment_concurrency: config.payment_concurrency,
             allow_unsafe_guards: config.allow_unsafe_guards,
             db_step: config.db_timeouts().step(),
+            fairness: config.fairness(),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! fence (`inventory::many`). As
 //! for the orders of one product (`combiner`) and the payments' records (`recorder`), no
 //! batch waits for others: one alone is served alone, and what arrives while a transaction
-//! runs forms the next (`group`). Each cycle then releases its own lock after the commit.
+//! runs forms the next (`group`), which starts at once rather than after that commit. Each cycle then releases its own lock after the commit.
 //!
 //! A product fenced out (a stale holder), or whose stock or terms moved under it, sells
 //! nothing and the others go on; a statement PostgreSQL refuses is retried a batch at a time
@@ -35,6 +35,12 @@ static TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// At most this many products' batches in one transaction.
 const GROUP_MAX: usize = 128;
+
+/// Shared transactions at once: while one commits, the cycles that arrived meanwhile start
+/// the next instead of waiting for that commit (each product in one at a time). Two keep one
+/// statement at work while the other waits for its COMMIT's flush; more would only split the
+/// batches on two cores.
+const WRITERS: usize = 2;
 
 /// One product's lock cycle, its lock held under `token`, waiting for its transaction.
 #[derive(Clone)]
@@ -91,11 +97,11 @@ impl SharedCycles {
             Box::pin(async move { serve(&db, &catalog, &rules, &parts).await }.instrument(span))
         });
         SharedCycles {
-            writer: GroupWriter::new(write, |part| &part.key, GROUP_MAX),
+            writer: GroupWriter::with_writers(write, |part| &part.key, GROUP_MAX, WRITERS),
         }
     }
 
-    /// Serves the part's batch in the next shared transaction (see `cycle::serve_alone`, whose
+    /// Serves the part's batch in the next shared transaction (see `alone::serve_alone`, whose
     /// answer this is). Its lock stays the caller's, released after this returns.
     pub(super) async fn serve(&self, part: Part) -> Result<Served, Error> {
         struct Joined;

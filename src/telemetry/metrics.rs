@@ -17,6 +17,8 @@ pub const HTTP_DURATION: &str = "seckill_http_request_duration_seconds";
 pub const LOCK_WAIT: &str = "seckill_lock_wait_seconds";
 pub const LOCK_HOLD: &str = "seckill_lock_hold_seconds";
 pub const LOCK_FAILURES: &str = "seckill_lock_failures_total";
+pub const LOCK_KEPT: &str = "seckill_lock_kept_cycles_total";
+pub const LOCK_HANDOVER: &str = "seckill_lock_handover_seconds";
 pub const LOCK_CYCLE_ORDERS: &str = "seckill_lock_cycle_orders";
 pub const ZK_OPERATIONS: &str = "seckill_zk_operations_total";
 pub const ZK_SESSION_STATE: &str = "seckill_zk_session_state";
@@ -35,12 +37,14 @@ pub const SHARED_CYCLES: &str = "seckill_shared_cycles";
 pub const SHARED_CYCLE_PRODUCTS: &str = "seckill_shared_cycle_products";
 
 /// Every metric above: docs/operations.md's table lists exactly these (a contract test).
-pub const ALL: [&str; 21] = [
+pub const ALL: [&str; 23] = [
     ORDERS,
     HTTP_DURATION,
     LOCK_WAIT,
     LOCK_HOLD,
     LOCK_FAILURES,
+    LOCK_KEPT,
+    LOCK_HANDOVER,
     LOCK_CYCLE_ORDERS,
     ZK_OPERATIONS,
     ZK_SESSION_STATE,
@@ -118,6 +122,15 @@ fn describe() {
         LOCK_HOLD,
         metrics::Unit::Seconds,
         "Time a product's ZooKeeper lock was held, by recipe"
+    );
+    describe_counter!(
+        LOCK_KEPT,
+        "Lock cycles served on a kept lock node (no node made for them), by recipe"
+    );
+    describe_histogram!(
+        LOCK_HANDOVER,
+        metrics::Unit::Seconds,
+        "How long a lock node waited behind a kept lock before its holder gave it up"
     );
     describe_counter!(LOCK_FAILURES, "Lock acquisitions that failed, by recipe and reason (timeout, lost, too_busy, unavailable)");
     describe_histogram!(
@@ -203,6 +216,14 @@ pub fn lock_granted(recipe: &'static str, waited: Duration) {
 
 pub fn lock_released(recipe: &'static str, held: Duration) {
     histogram!(LOCK_HOLD, "recipe" => recipe).record(held.as_secs_f64());
+}
+
+pub fn lock_kept(recipe: &'static str) {
+    counter!(LOCK_KEPT, "recipe" => recipe).increment(1);
+}
+
+pub fn lock_handover(waited: Duration) {
+    histogram!(LOCK_HANDOVER).record(waited.as_secs_f64());
 }
 
 pub fn lock_failed(recipe: &'static str, reason: &'static str) {

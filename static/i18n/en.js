@@ -10,6 +10,7 @@
 import account from './en-account.js'; // who buys, and their orders
 import line from './en-line.js'; // sale windows and the line
 import rush from './en-rush.js'; // the simulator's rush at the opening
+import queue from './en-queue.js'; // the lock queue and its tickets
 
 export default {
   // ------------------------------------------------------------ page and header
@@ -142,7 +143,7 @@ export default {
   'sim.buyers': 'Buyers per product',
   'sim.run': 'Start the sale',
   'sim.running': 'Sale running…',
-  'sim.note': 'Orders per lock cycle: orders served ÷ lock acquisitions, from this instance\'s lock view, counted over this sale only. Orders/s: buyers answered per second. A browser sends about six requests at a time to one server, for both lanes together: batches stay small here and timings are rough. The load test (<code>loadtest/</code>) measures throughput.',
+  'sim.note': 'Orders per lock cycle: orders served ÷ lock cycles (acquisitions, and cycles on a kept node), from this instance\'s lock view, counted over this sale only. Orders/s: buyers answered per second. A browser sends about six requests at a time to one server, for both lanes together: batches stay small here and timings are rough. The load test (<code>loadtest/</code>) measures throughput.',
   'stats.paid': 'paid',
   'stats.sold_out': 'sold out',
   'stats.retried': 'retried',
@@ -159,30 +160,6 @@ export default {
   'verdict.oversold': 'OVERSOLD: {sold} sold of {total} — {oversold} oversold, books inconsistent',
   'verdict.inconsistent': '{sold} sold of {total} — 0 oversold yet, but INCONSISTENT: the stock went down by {taken} for {sold} sales ({lost} lost updates)',
   'verdict.unread': 'could not read the audit: no verdict (the books were not checked)',
-
-  // ------------------------------------------------------------ 3 · the lock queue
-  'queue.heading': '3 · The lock queue, live',
-  'queue.hint': 'Each buyer takes a number — an ephemeral-sequential node in ZooKeeper. The smallest number is served; every other buyer watches only the number just before its own. On a batched product each instance takes one number for all the orders queued on it.',
-  'queue.product': 'Product',
-  'queue.label': 'lock queue',
-  'queue.pick': 'Pick a product guarded by a ZooKeeper lock.',
-  'queue.empty': 'Nobody holds the lock: the queue is empty.',
-  'queue.crowd': 'buyers here, all watching the one node',
-  'queue.fair': 'Fair queue',
-  'queue.herd': 'Herd lock',
-  'queue.all_nodes': ' ({n} nodes in all)',
-  'queue.batched': ' · batched: one node per instance, serving its queued orders',
-  'queue.stats': '{recipe}{all}{batched} · this instance: {acquisitions} acquisitions, {wakeups} watch wake-ups, {orders} orders ({ratio} per lock cycle).',
-  'ticket.lock': 'lock',
-  'ticket.holds': 'holds the lock',
-  'ticket.waiting': 'waiting',
-  'ticket.watches': 'watches #{seq}',
-  'ticket.owner': 'owner',
-  'ticket.token': 'token {token}',
-  'ticket.mark_read': 'R',
-  'ticket.mark_write': 'W',
-  'ticket.access_read': 'reader: shares the lock with the other readers',
-  'ticket.access_write': 'writer: holds the lock alone',
 
   // ------------------------------------------------------------ 4 · herd vs fair
   'herd.heading': '4 · Herd vs fair',
@@ -296,5 +273,5 @@ export default {
   'log.zombie_rejected': 'Zombie on product #{id}: it held token {stale}, its session ended, token {current} took over — its stock write was rejected by the fence. Nothing oversold.',
   'log.crash': 'Crash on product #{id}: the holder with token {token} vanished with its session; its node was deleted and the queue moved on.',
   'explain.heading': 'What you are seeing',
-  ...account, ...line, ...rush,
+  ...account, ...line, ...rush, ...queue,
 };

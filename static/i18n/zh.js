@@ -4,6 +4,7 @@
 import account from './zh-account.js';
 import line from './zh-line.js';
 import rush from './zh-rush.js';
+import queue from './zh-queue.js';
 
 export default {
   // ------------------------------------------------------------ page and header
@@ -133,7 +134,7 @@ export default {
   'sim.buyers': '每个商品的买家数',
   'sim.run': '开始秒杀',
   'sim.running': '秒杀进行中…',
-  'sim.note': '每个加锁周期的订单数 = 处理的订单数 ÷ 加锁次数，取自本实例的锁视图，只统计本次秒杀。订单/秒：每秒得到应答的买家数。浏览器对同一服务器同时只发约 6 个请求（两条通道合计）：所以这里的批次较小，计时也只是粗略值。吞吐量请看压测（<code>loadtest/</code>）。',
+  'sim.note': '每个加锁周期的订单数 = 处理的订单数 ÷ 加锁周期数（加锁次数，加上在保持的节点上跑的周期），取自本实例的锁视图，只统计本次秒杀。订单/秒：每秒得到应答的买家数。浏览器对同一服务器同时只发约 6 个请求（两条通道合计）：所以这里的批次较小，计时也只是粗略值。吞吐量请看压测（<code>loadtest/</code>）。',
   'stats.paid': '已支付',
   'stats.sold_out': '售罄',
   'stats.retried': '重试',
@@ -150,30 +151,6 @@ export default {
   'verdict.oversold': '超卖：卖出 {sold} / {total} 件 — 多卖了 {oversold} 件，账目不一致',
   'verdict.inconsistent': '卖出 {sold} / {total} 件 — 暂未超卖，但账目不一致：卖出 {sold} 件，库存只减少了 {taken} 件（丢失更新 {lost} 次）',
   'verdict.unread': '无法读取审计结果：不下结论（账目未核对）',
-
-  // ------------------------------------------------------------ 3 · the lock queue
-  'queue.heading': '3 · 实时锁队列',
-  'queue.hint': '每个买家取一个号 — 即 ZooKeeper 中的一个临时顺序节点。号码最小的先办理；其他买家只监听紧挨在自己前面的那个号。批处理商品上，每个实例只取一个号，代表它那里排队的全部订单。',
-  'queue.product': '商品',
-  'queue.label': '锁队列',
-  'queue.pick': '请选择一个由 ZooKeeper 锁保护的商品。',
-  'queue.empty': '没有人持有锁：队列为空。',
-  'queue.crowd': '个买家在本实例，都在监听同一个节点',
-  'queue.fair': '公平队列',
-  'queue.herd': '羊群锁',
-  'queue.all_nodes': '（共 {n} 个节点）',
-  'queue.batched': ' · 批处理：每个实例一个节点，处理它那里排队的订单',
-  'queue.stats': '{recipe}{all}{batched} · 本实例：加锁 {acquisitions} 次，监听唤醒 {wakeups} 次，订单 {orders} 单（每个加锁周期 {ratio} 单）。',
-  'ticket.lock': '锁',
-  'ticket.holds': '持有锁',
-  'ticket.waiting': '等待中',
-  'ticket.watches': '监听 #{seq}',
-  'ticket.owner': '持有者',
-  'ticket.token': '令牌 {token}',
-  'ticket.mark_read': '读',
-  'ticket.mark_write': '写',
-  'ticket.access_read': '读者：与其他读者共享锁',
-  'ticket.access_write': '写者：独占锁',
 
   // ------------------------------------------------------------ 4 · herd vs fair
   'herd.heading': '4 · 羊群锁与公平锁',
@@ -287,5 +264,5 @@ export default {
   'log.zombie_rejected': '商品 #{id} 上的僵尸：它持有令牌 {stale}，会话结束后令牌 {current} 接管了锁 — 它的库存写入被围栏令牌拒绝。没有超卖。',
   'log.crash': '商品 #{id} 上的崩溃：令牌 {token} 的持有者随会话一起消失；它的节点被删除，队列继续前进。',
   'explain.heading': '你看到的是什么',
-  ...account, ...line, ...rush,
+  ...account, ...line, ...rush, ...queue,
 };

@@ -7,7 +7,7 @@ import { t } from './i18n.js';
 import { $, busy, el, setText } from './render.js';
 import { bindOutput } from './show.js';
 import { patch, store } from './state.js';
-import { ratio, shortGuarding } from './products.js';
+import { lockCycles, ratio, shortGuarding } from './products.js';
 import { buyer } from './simulator.js';
 
 function renderHerd({ lockStats, products }) {
@@ -23,7 +23,7 @@ function renderHerd({ lockStats, products }) {
         el('td', {}, s.acquisitions),
         el('td', {}, s.wakeups),
         el('td', { 'data-k': 'per' }, s.acquisitions ? (s.wakeups / s.acquisitions).toFixed(2) : '–'),
-        el('td', { 'data-k': 'per_cycle' }, ratio(s.orders, s.acquisitions)),
+        el('td', { 'data-k': 'per_cycle' }, ratio(s.orders, lockCycles(s))),
       );
     });
   $('#herd-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 6, class: 'small' }, t('herd.empty')))]));

@@ -11,6 +11,9 @@ import { noteServerTime } from './clock.js';
 
 export const fmtMoney = (cents) => (cents / 100).toLocaleString(locale(), { style: 'currency', currency: 'USD' });
 // Ratios: exact ones stay exact (1, not 1.00), so "a lock per order" reads as 1.
+// Lock cycles a lock view's stats count: one per acquisition, and one per cycle served on a
+// kept node (a sale's instance keeps its node while its orders keep coming).
+export const lockCycles = (s) => s.acquisitions + (s.kept_cycles ?? 0);
 export const ratio = (n, d) => (d ? (Number.isInteger(n / d) ? String(n / d) : (n / d).toFixed(2)) : '–');
 export const statusName = (s) => (has(`status.${s}`) ? t(`status.${s}`) : s);
 

@@ -6,7 +6,7 @@ import { request } from './api.js';
 import { t } from './i18n.js';
 import { $, el, setText } from './render.js';
 import { setEntry, store } from './state.js';
-import { batched, fillSelect, locked, productList, ratio } from './products.js';
+import { batched, fillSelect, locked, lockCycles, productList, ratio } from './products.js';
 
 // "watches #7": the number a node name ends with (lock-0000000007, __WRIT__0000000007...).
 export function watchText(tk) {
@@ -106,7 +106,7 @@ function renderQueue({ queueView: view, queueProduct, products }) {
     acquisitions: s.acquisitions,
     wakeups: s.wakeups,
     orders: s.orders,
-    ratio: ratio(s.orders, s.acquisitions),
+    ratio: ratio(s.orders, lockCycles(s)),
   }));
 }
 

@@ -7,7 +7,7 @@ import { t } from './i18n.js';
 import { $, busy, setText } from './render.js';
 import { bindOutput } from './show.js';
 import { patch, store } from './state.js';
-import { batched, fillSelect, guarding, productList, ratio } from './products.js';
+import { batched, fillSelect, guarding, lockCycles, productList, ratio } from './products.js';
 import { UNREAD, lockView, refreshLockStats } from './queue.js';
 import { log } from './log.js';
 
@@ -69,7 +69,7 @@ function perCycleText(cycles) {
   if (cycles === undefined) return '…';
   if (cycles === null) return t('stats.no_lock');
   if (cycles === UNREAD) return t('stats.unread');
-  return ratio(cycles.orders, cycles.acquisitions);
+  return ratio(cycles.orders, cycles.cycles);
 }
 
 // A lane as the store has it (`lane.a`, `lane.b`), drawn: counters, timings and the verdict.
@@ -87,7 +87,7 @@ function renderLane(key, lane) {
   setText(field('rate'), lane.seconds === undefined ? '…' : (lane.buyers / lane.seconds).toFixed(1));
   const { cycles } = lane;
   setText(field('per_cycle'), perCycleText(cycles));
-  if (cycles !== undefined) root.dataset.perCycle = cycles?.acquisitions ? String(cycles.orders / cycles.acquisitions) : '';
+  if (cycles !== undefined) root.dataset.perCycle = cycles?.cycles ? String(cycles.orders / cycles.cycles) : '';
   const { verdict } = lane;
   if (verdict.audit) root.dataset.oversold = verdict.audit.oversold;
   else delete root.dataset.oversold;
@@ -131,7 +131,7 @@ async function runLane(key, productId, names) {
   const after = await lockView(productId);
   let cycles = null;
   if (before === UNREAD || after === UNREAD) cycles = UNREAD;
-  else if (before && after) cycles = { orders: after.stats.orders - before.stats.orders, acquisitions: after.stats.acquisitions - before.stats.acquisitions };
+  else if (before && after) cycles = { orders: after.stats.orders - before.stats.orders, cycles: lockCycles(after.stats) - lockCycles(before.stats) };
   const { ok, body } = await request(`/api/products/${productId}/audit`);
   const verdict = verdictOf(ok ? body : null);
   patch(name, { cycles, verdict, state: 'done' });

@@ -127,14 +127,22 @@ async fn a_curator_holder_blocks_our_order_until_it_releases() {
 /// Right behind the head, our waiter holds the lock as soon as the head's node goes: nobody
 /// can be ahead of it (a new node always takes a higher number), so it does not list the
 /// queue again as Curator does. A ZooKeeper read fewer per handoff. Its own process, so the
-/// listings counted are its alone.
+/// listings counted are its alone; it keeps no lock after its cycle (a kept lock lists the
+/// queue to watch who comes behind it: that listing is the kept lock's, not the handoff's).
 #[tokio::test(flavor = "multi_thread")]
 async fn right_behind_the_head_our_waiter_takes_the_lock_without_listing_again() {
     let env = TestEnv::new().await;
     let server = env
         .spawn_process(
             "seckill",
-            &["--lock-timeout-ms", "60000", "--zk-auth", AUTH],
+            &[
+                "--lock-timeout-ms",
+                "60000",
+                "--zk-auth",
+                AUTH,
+                "--lock-linger-ms",
+                "0",
+            ],
         )
         .await;
     let product = create_product(&server.base_url, 3, "zk").await;

@@ -9,11 +9,16 @@ enough of the API (docs/api.md) to be bought from, and records every order and s
 - POST /orders: in `demo` mode the buyer is the token's (none: 401 `unauthenticated`; a
   body's user_id that differs: 403 `not_your_account`), in `open` and `none` the body's
   user_id; 201 `paid`
+- POST /api/products/{id}/orders: the same, the product the path's (a body that names one:
+  400 `invalid_request`)
 - GET /api/products/{id}/audit: the units sold, never oversold
+- GET /api/products/{id}/lock: `stats` (`lock_stats`, a product's: kept_cycles and
+  longest_handover_ms; zeros for any other)
 """
 
 import http.server
 import json
+import re
 import threading
 import uuid
 
@@ -58,6 +63,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if fake.mode == "none":
                 return self._problem(404, "not_found")
             return self._send(200, {"buyer_auth": fake.mode, "buyer": None, "admin": False})
+        lock = re.fullmatch(r"/api/products/(\d+)/lock", self.path)
+        if lock:
+            stats = fake.lock_stats.get(int(lock.group(1)),
+                                        {"kept_cycles": 0, "longest_handover_ms": 0})
+            return self._send(200, {"holder": None, "waiters": [], "stats": {
+                "acquisitions": 0, "wakeups": 0, "orders": 0, "watching": 0, **stats}})
         if self.path.startswith("/api/products/") and self.path.endswith("/audit"):
             with fake.lock:
                 sold = len(fake.orders)
@@ -87,9 +98,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with fake.lock:
                 fake.products.append(body)
                 return self._send(201, {"id": len(fake.products), **body})
-        if self.path == "/orders":
+        routed = re.fullmatch(r"/api/products/(\d+)/orders", self.path)
+        if self.path == "/orders" or routed:
             with fake.lock:
-                fake.requests.append({"auth": auth, "body": body})
+                fake.requests.append({"auth": auth, "body": body, "path": self.path})
+            if routed:
+                if "product_id" in (body or {}):
+                    return self._problem(400, "invalid_request")
+                body = {**(body or {}), "product_id": int(routed.group(1))}
             if fake.mode == "demo":
                 if not auth or not auth.startswith("Bearer tok."):
                     return self._problem(401, "unauthenticated")
@@ -116,7 +132,8 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class FakeSeckill:
     """`with FakeSeckill("demo") as fake: ... fake.url`; what it was sent is in `sign_ins`,
-    `products`, `requests` (every POST /orders: its Authorization and body) and `orders`."""
+    `products`, `requests` (every order, either route: its Authorization, body and path) and
+    `orders`. `lock_stats`: {product: its lock's kept_cycles and longest_handover_ms}."""
 
     def __init__(self, mode: str = "demo", busy: int = 0):
         self.mode = mode
@@ -126,6 +143,7 @@ class FakeSeckill:
         self.products: list[dict] = []
         self.requests: list[dict] = []
         self.orders: list[dict] = []
+        self.lock_stats: dict[int, dict] = {}
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.fake = self
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

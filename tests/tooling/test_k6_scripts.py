@@ -4,7 +4,9 @@ so that http_req_failed counts only the others, with a threshold on it. The sale
 refusal as one to retry because the answer says so (`retryable`), not by its status, and
 read it in one place: loadtest/answers.js, a module both import. Their buyers sign in
 (loadtest/buyers.js, a module both import): setup() gets the tokens, or TOKENS_FILE holds
-them, and each order carries its buyer's. Where k6 (or node) is installed, the scripts load
+them, and each order carries its buyer's. The sales route each product's orders as nginx
+does (loadtest/route.js: `POST /api/products/{id}/orders` on the product's instance) unless
+told to spread them (ROUTE=spread). Where k6 (or node) is installed, the scripts load
 (`k6 inspect`), the module is run on a few answers, and each sale runs for a moment against a
 server of the test's own (tests/tooling/fake_seckill.py)."""
 
@@ -110,6 +112,14 @@ class K6Scripts(unittest.TestCase):
             for module in re.findall(r"from\s*'(\.[^']+)'", text):
                 with self.subTest(script=name, module=module):
                     self.assertTrue((ROOT / "loadtest" / module).is_file())
+
+    def test_the_sales_route_by_product_as_nginx_does(self):
+        for name in SALES:
+            with self.subTest(script=name):
+                text = SCRIPTS[name]
+                self.assertRegex(text, r"import\s*\{[^}]*\broutesFrom\b[^}]*\}\s*from\s*'\./route\.js'")
+                self.assertIn("routesFrom(__ENV.ROUTES, BASE_URLS)", text)
+                self.assertIn("productUrl(", text)
 
     def test_the_sales_sign_their_buyers_in(self):
         for name in SALES:
@@ -249,7 +259,7 @@ class SalesAgainstAServer(unittest.TestCase):
             tokens.write_text("tok.a\n\ntok.b\ntok.c\n")
             code, summary, err = k6_run("bench.js", {
                 "BASE_URLS": fake.url, "PRODUCTS": "7", "RATE": "12", "DURATION": "1s",
-                "TOKENS_FILE": str(tokens)})
+                "TOKENS_FILE": str(tokens), "ROUTE": "spread"})
         self.assertEqual(code, 0, err)
         self.assertEqual(fake.sign_ins, [])  # the file's tokens: no sign-in
         auths = [r["auth"] for r in fake.requests]
@@ -259,7 +269,48 @@ class SalesAgainstAServer(unittest.TestCase):
         self.assertEqual(set(counts), {"Bearer tok.a", "Bearer tok.b", "Bearer tok.c"})
         self.assertLessEqual(max(counts.values()) - min(counts.values()), 1)  # round-robin
         self.assertTrue(all(r["body"] == {"product_id": 7} for r in fake.requests))
+        self.assertTrue(all(r["path"] == "/orders" for r in fake.requests))
         self.assertEqual(summary["metrics"]["orders_paid"]["values"]["count"], len(auths))
+
+    def test_the_bench_routes_each_product_to_the_instance_named(self):
+        # Two fakes; ROUTES sends product 7 to the second, product 8 to the first: each
+        # order on its product's own route there, the body naming no product.
+        with FakeSeckill("demo") as one, FakeSeckill("demo") as two, \
+                tempfile.TemporaryDirectory() as tmp:
+            tokens = Path(tmp, "tokens")
+            tokens.write_text("tok.a\ntok.b\n")
+            code, summary, err = k6_run("bench.js", {
+                "BASE_URLS": f"{one.url},{two.url}", "PRODUCTS": "7,8", "RATE": "12",
+                "DURATION": "1s", "TOKENS_FILE": str(tokens),
+                "ROUTES": json.dumps({"7": two.url, "8": one.url})})
+        self.assertEqual(code, 0, err)
+        self.assertEqual({r["path"] for r in two.requests}, {"/api/products/7/orders"})
+        self.assertEqual({r["path"] for r in one.requests}, {"/api/products/8/orders"})
+        self.assertTrue(all(r["body"] == {} for r in one.requests + two.requests))
+        self.assertLessEqual(abs(len(one.requests) - len(two.requests)), 1)
+        paid = summary["metrics"]["orders_paid"]["values"]["count"]
+        self.assertEqual(paid, len(one.requests) + len(two.requests))
+
+    def test_without_routes_the_bench_hashes_as_nginx_does(self):
+        with FakeSeckill("open") as fake:
+            code, _, err = k6_run("bench.js", {
+                "BASE_URLS": fake.url, "PRODUCTS": "7", "RATE": "10", "DURATION": "1s",
+                "BUYERS": "3", "BUYER_PREFIX": "p-"})
+        self.assertEqual(code, 0, err)
+        self.assertEqual({r["path"] for r in fake.requests}, {"/api/products/7/orders"})
+        self.assertEqual({tuple(r["body"]) for r in fake.requests}, {("user_id",)})
+
+    def test_a_sale_routes_its_product_and_can_spread_it(self):
+        for route, path, body in (("product", "/api/products/1/orders", {"quantity"}),
+                                  ("spread", "/orders", {"quantity", "product_id"})):
+            with self.subTest(route=route), FakeSeckill("demo") as fake:
+                code, summary, err = k6_run("seckill.js", {
+                    "BASE_URLS": fake.url, "ADMIN_TOKEN": "admin-token-for-tests", "VUS": "3",
+                    "SCENARIO": "burst", "ROUTE": route})
+                self.assertEqual(code, 0, err)
+                self.assertEqual({r["path"] for r in fake.requests}, {path})
+                self.assertEqual({frozenset(r["body"]) for r in fake.requests}, {frozenset(body)})
+                self.assertEqual(summary["metrics"]["orders_paid"]["values"]["count"], 3)
 
     def test_the_bench_names_a_pool_of_buyers_on_an_open_server(self):
         with FakeSeckill("open") as fake:

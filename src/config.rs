@@ -69,22 +69,8 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCK_TIMEOUT_MS", default_value_t = 3000)]
     pub lock_timeout_ms: u64,
 
-    /// How long a product's lock is kept after a lock cycle while none of its orders wait on
-    /// this instance: orders that keep coming are served on the same node, with no ZooKeeper
-    /// write. 0 gives the lock up after every cycle.
-    #[arg(long, env = "SECKILL_LOCK_LINGER_MS", default_value_t = 20,
-          value_parser = clap::value_parser!(u64).range(0..=60_000))]
-    pub lock_linger_ms: u64,
-
-    /// Longest a node waits behind a kept lock: its holder gives the lock up at the end of
-    /// the cycle in which someone has waited this long (at once if it has nothing to serve).
-    #[arg(long, env = "SECKILL_LOCK_HANDOVER_MS", default_value_t = 50)]
-    pub lock_handover_ms: u64,
-
-    /// Most lock cycles a kept lock serves while a node waits behind it.
-    #[arg(long, env = "SECKILL_LOCK_HANDOVER_CYCLES", default_value_t = 8,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub lock_handover_cycles: u32,
+    #[command(flatten)]
+    pub keep: crate::lock::KeepSettings,
 
     /// Pause between reading and writing the stock in the read-check-write guards (`zk`,
     /// `none`): the source material's `sleep`, which widens the race window for demos and tests.
@@ -103,6 +89,13 @@ pub struct Config {
     /// the queue's time to be served); this cap bounds its memory.
     #[arg(long, env = "SECKILL_MAX_WAITERS_PER_PRODUCT", default_value_t = 4096)]
     pub max_waiters_per_product: usize,
+
+    /// Shared lock-cycle transactions at once. 2: once one has only its COMMIT left, the next
+    /// is built beside it (worth it where a COMMIT waits long: a slow disk, synchronous
+    /// replication); 1: the next waits, and gathers more products' cycles.
+    #[arg(long, env = "SECKILL_SHARED_TRANSACTIONS", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub shared_transactions: u8,
 
     /// Most of a product's stock (a share of every unit it ever had) that reservations
     /// without payment (`"pay": false`) may hold at once; beyond it they answer 409
@@ -277,11 +270,7 @@ impl Config {
     }
 
     pub fn fairness(&self) -> crate::lock::Fairness {
-        crate::lock::Fairness {
-            linger: Duration::from_millis(self.lock_linger_ms),
-            handover: Duration::from_millis(self.lock_handover_ms),
-            cycles: self.lock_handover_cycles,
-        }
+        self.keep.fairness()
     }
 
     /// What every PostgreSQL session is told, and the client's bound on each step.

@@ -4,15 +4,18 @@
 //! what arrives while it writes forms its next statement. No item waits for a group to
 //! fill: under light load each is written alone, as soon as it comes.
 //!
-//! With more than one writer (`writers`), what arrives while a statement runs need not wait
-//! for its commit: a second writer takes it at once, and the two commit side by side (the
-//! double buffering of a hot row's group commit). An item's key is never in two statements at
-//! once.
+//! With two writers (`with_writers`), what arrives while a transaction runs need not wait
+//! for its COMMIT to come back: once the transaction says it is committing ([`Committing`]),
+//! a second writer takes what is pending and builds the next one beside that COMMIT (the
+//! double buffering of a hot row's group commit). One transaction is built at a time (a
+//! second one built beside the first would only split the groups); an item's key is never in
+//! two at once.
 //!
 //! The service records its payment answers so (`orders::recorder`), and the payment
 //! provider its ledger: on this machine each statement costs PostgreSQL far more than a row.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures_util::future::BoxFuture;
@@ -26,9 +29,28 @@ const ALONE_AT_ONCE: usize = 4;
 /// What one item's write came to, or why its statement failed.
 pub type Written<O> = Result<O, Arc<sqlx::Error>>;
 
-/// Writes a group: one outcome per item, in order, or the statement's error for all.
-pub type WriteGroup<I, O> =
-    Arc<dyn Fn(Vec<I>) -> BoxFuture<'static, Result<Vec<O>, sqlx::Error>> + Send + Sync>;
+/// Writes a group: one outcome per item, in order, or the statement's error for all. It may
+/// say when it has only its COMMIT left ([`Committing::now`]).
+pub type WriteGroup<I, O> = Arc<
+    dyn Fn(Vec<I>, Committing) -> BoxFuture<'static, Result<Vec<O>, sqlx::Error>> + Send + Sync,
+>;
+
+/// Told by a group's write when only its COMMIT is left: with a second writer allowed, the
+/// next group starts being built now.
+pub struct Committing(Option<Box<dyn FnOnce() + Send>>);
+
+impl Committing {
+    /// A write that never says (a writer of one, or a group written again alone).
+    fn never() -> Committing {
+        Committing(None)
+    }
+
+    pub fn now(&mut self) {
+        if let Some(now) = self.0.take() {
+            now();
+        }
+    }
+}
 
 pub struct GroupWriter<I, O> {
     inner: Arc<Inner<I, O>>,
@@ -57,6 +79,9 @@ struct State<I, O> {
     pending: Vec<(I, oneshot::Sender<Written<O>>)>,
     /// Writers running: with all of them busy, new items only queue.
     writing: usize,
+    /// A writer is building its group's transaction (not yet committing): new items wait
+    /// for its COMMIT, or for its next group.
+    building: bool,
     /// The keys of the items being written now.
     in_flight: HashSet<String>,
 }
@@ -84,6 +109,7 @@ where
                 state: Mutex::new(State {
                     pending: Vec::new(),
                     writing: 0,
+                    building: false,
                     in_flight: HashSet::new(),
                 }),
                 write,
@@ -100,11 +126,7 @@ where
         let start = {
             let mut state = self.state();
             state.pending.push((item, reply));
-            let start = state.writing < self.inner.writers;
-            if start {
-                state.writing += 1;
-            }
-            start
+            self.claim_builder(&mut state)
         };
         if start {
             tokio::spawn(self.clone().run());
@@ -116,19 +138,37 @@ where
         })
     }
 
-    /// Writes what is pending, statement after statement, until nothing is.
-    async fn run(self) {
+    /// Whether a new writer may start building now (then it is counted as the builder).
+    fn claim_builder(&self, state: &mut State<I, O>) -> bool {
+        let start = !state.building && state.writing < self.inner.writers;
+        if start {
+            state.writing += 1;
+            state.building = true;
+        }
+        start
+    }
+
+    /// Writes what is pending, group after group, until nothing is (or, with a second writer,
+    /// until the other one builds the next group). Boxed: a writer may start another.
+    fn run(self) -> BoxFuture<'static, ()> {
+        Box::pin(self.write_groups())
+    }
+
+    async fn write_groups(self) {
         // A writer that panics is marked gone, so the next item starts another rather than
         // queueing for none; its own items' replies are dropped (their write failed), and so
         // are those that queued meanwhile: their callers hear the writer stopped at once,
         // rather than wait for a writer that no later item may come to start (a lock cycle
         // waits here holding its lock).
-        struct Panicked<'a, I, O>(&'a Inner<I, O>, Vec<String>);
+        struct Panicked<'a, I, O>(&'a Inner<I, O>, Vec<String>, Arc<AtomicBool>);
         impl<I, O> Drop for Panicked<'_, I, O> {
             fn drop(&mut self) {
                 if std::thread::panicking() {
                     let mut state = relock(&self.0.state);
                     state.writing -= 1;
+                    if self.2.load(Ordering::SeqCst) {
+                        state.building = false;
+                    }
                     state.pending.clear();
                     for key in &self.1 {
                         state.in_flight.remove(key);
@@ -136,7 +176,8 @@ where
                 }
             }
         }
-        let mut panicked = Panicked(&self.inner, Vec::new());
+        // Whether this writer is the one building (it starts as the builder).
+        let mut panicked = Panicked(&self.inner, Vec::new(), Arc::new(AtomicBool::new(true)));
         loop {
             let group = {
                 let mut state = self.state();
@@ -153,6 +194,7 @@ where
                 // is writing: it takes them after).
                 if group.is_empty() {
                     state.writing -= 1;
+                    state.building = false;
                     return;
                 }
                 let keys: Vec<String> = group
@@ -163,8 +205,24 @@ where
                 panicked.1 = keys;
                 group
             };
+            let building = panicked.2.clone();
+            building.store(true, Ordering::SeqCst);
+            let next = self.clone();
+            let committing = Committing(Some(Box::new(move || {
+                // Only the COMMIT left: no longer the builder, and what is pending starts the
+                // next group beside it.
+                building.store(false, Ordering::SeqCst);
+                let start = {
+                    let mut state = next.state();
+                    state.building = false;
+                    !state.pending.is_empty() && next.claim_builder(&mut state)
+                };
+                if start {
+                    tokio::spawn(next.run());
+                }
+            })));
             let (items, replies): (Vec<I>, Vec<_>) = group.into_iter().unzip();
-            match (self.inner.write)(items.clone()).await {
+            match (self.inner.write)(items.clone(), committing).await {
                 Ok(outcomes) => {
                     for (outcome, reply) in outcomes.into_iter().zip(replies) {
                         let _ = reply.send(Ok(outcome));
@@ -180,7 +238,7 @@ where
                         .into_iter()
                         .zip(replies)
                         .map(|(item, reply)| async move {
-                            let alone = write(vec![item]).await;
+                            let alone = write(vec![item], Committing::never()).await;
                             let _ =
                                 reply.send(alone.map(|mut one| one.remove(0)).map_err(Arc::new));
                         });
@@ -199,6 +257,16 @@ where
             let mut state = self.state();
             for key in std::mem::take(&mut panicked.1) {
                 state.in_flight.remove(&key);
+            }
+            // Still the builder (its write never said it was committing): go on. Otherwise
+            // it goes on only if nobody builds now.
+            if !panicked.2.load(Ordering::SeqCst) {
+                if state.building {
+                    state.writing -= 1;
+                    return;
+                }
+                state.building = true;
+                panicked.2.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -278,7 +346,7 @@ mod tests {
         let (gate, opened) = tokio::sync::watch::channel(false);
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let seen = sizes.clone();
-        let write: WriteGroup<String, usize> = Arc::new(move |items: Vec<String>| {
+        let write: WriteGroup<String, usize> = Arc::new(move |items: Vec<String>, _| {
             let (seen, mut opened) = (seen.clone(), opened.clone());
             Box::pin(async move {
                 // The first statement waits until every other item has queued behind it.
@@ -314,24 +382,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_second_writer_writes_while_the_first_statement_runs() {
+    async fn a_second_writer_writes_while_the_first_commits() {
         let (gate, opened) = tokio::sync::watch::channel(false);
-        let write: WriteGroup<String, usize> = Arc::new(move |items: Vec<String>| {
-            let mut opened = opened.clone();
-            Box::pin(async move {
-                if items.iter().any(|i| i == "slow") {
-                    let _ = opened.wait_for(|open| *open).await;
-                }
-                Ok(items.iter().map(String::len).collect())
-            })
-        });
+        let write: WriteGroup<String, usize> =
+            Arc::new(move |items: Vec<String>, mut committing: Committing| {
+                let mut opened = opened.clone();
+                Box::pin(async move {
+                    if items.iter().any(|i| i == "slow") {
+                        // Only its COMMIT left, which does not come back until the gate opens.
+                        committing.now();
+                        let _ = opened.wait_for(|open| *open).await;
+                    }
+                    Ok(items.iter().map(String::len).collect())
+                })
+            });
         let writer = GroupWriter::with_writers(write, |s: &String| s.as_str(), 100, 2);
         let slow = tokio::spawn({
             let writer = writer.clone();
             async move { writer.write("slow".into()).await }
         });
         until(|| writer.state().in_flight.contains("slow")).await;
-        // The first statement cannot end until the gate opens: only a second writer answers.
+        // The first transaction cannot end until the gate opens: only a second writer, started
+        // at its COMMIT, answers.
         let fast = tokio::time::timeout(
             std::time::Duration::from_secs(10),
             writer.write("quick".into()),

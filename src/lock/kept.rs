@@ -23,6 +23,39 @@ use zookeeper_client as zk;
 use super::{node, StockLock, Zk};
 use crate::telemetry::metrics;
 
+/// The flags that set [`Fairness`].
+#[derive(Clone, Debug, clap::Args)]
+pub struct KeepSettings {
+    /// How long a product's lock is kept after a lock cycle while none of its orders wait on
+    /// this instance: orders that keep coming are served on the same node, with no ZooKeeper
+    /// write. 0 gives the lock up after every cycle.
+    #[arg(long, env = "SECKILL_LOCK_LINGER_MS", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub lock_linger_ms: u64,
+
+    /// Longest a node waits behind a kept lock: its holder gives the lock up at the end of
+    /// the cycle in which someone has waited this long (at once if it has nothing to serve).
+    #[arg(long, env = "SECKILL_LOCK_HANDOVER_MS", default_value_t = 50)]
+    pub lock_handover_ms: u64,
+
+    /// Most lock cycles a kept lock serves while a node waits behind it: 1 hands it over at
+    /// the end of the cycle in which the node was seen. More serves fewer, smaller batches of
+    /// this instance's orders for each of the other's larger ones.
+    #[arg(long, env = "SECKILL_LOCK_HANDOVER_CYCLES", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub lock_handover_cycles: u32,
+}
+
+impl KeepSettings {
+    pub fn fairness(&self) -> Fairness {
+        Fairness {
+            linger: Duration::from_millis(self.lock_linger_ms),
+            handover: Duration::from_millis(self.lock_handover_ms),
+            cycles: self.lock_handover_cycles,
+        }
+    }
+}
+
 /// How long a lock is kept, and how long anyone waits behind a kept lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fairness {
@@ -57,6 +90,9 @@ impl Fairness {
 /// Who is queued behind a kept lock's node, as its directory's watch last saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Behind {
+    /// Not listed yet: counted as someone (a lock is kept only once the watch has shown that
+    /// nobody waits, never on the chance that nobody does).
+    Unlisted,
     /// Nobody.
     Nobody,
     /// Someone, first seen then.
@@ -88,8 +124,8 @@ impl Drop for Keeping {
 }
 
 impl Zk {
-    /// Starts keeping `lock` (just granted, or served its first cycle): watches who queues
-    /// behind its node. `None` for a lock that cannot be kept (a re-entry, a node of a demo's
+    /// Starts watching who queues behind `lock`'s node (just granted: the first listing runs
+    /// during its first cycle), so that it may be kept after it. `None` for a lock that cannot be kept (a re-entry, a node of a demo's
     /// own session, the herd's node, which no queue stands behind).
     pub fn keep(&self, product_id: i64, lock: &StockLock) -> Option<Keeping> {
         let node = &lock.grant.node;
@@ -99,7 +135,7 @@ impl Zk {
         if session != self.client().session_id() || lock.holds() > 1 {
             return None;
         }
-        let (seen, behind) = watch::channel(Behind::Nobody);
+        let (seen, behind) = watch::channel(Behind::Unlisted);
         let watcher = tokio::spawn(watch_behind(
             node.client.clone(),
             node.dir.clone(),
@@ -129,8 +165,13 @@ impl Keeping {
                 Behind::Since(since) => {
                     fairness.may_serve(Some(since), self.cycles, Instant::now())
                 }
-                Behind::Unsure => false,
+                Behind::Unsure | Behind::Unlisted => false,
             }
+    }
+
+    /// Resolves once the directory has been listed since the node was granted.
+    pub async fn listed(&mut self) {
+        let _ = self.behind.wait_for(|b| *b != Behind::Unlisted).await;
     }
 
     /// Whether anyone waits behind the lock (or we cannot tell).
@@ -145,16 +186,19 @@ impl Keeping {
             && !self.terms.as_ref().is_some_and(|retired| *retired.borrow())
     }
 
-    /// Counts one more cycle served on the kept node.
-    pub fn served(&mut self, zk: &Zk) {
-        self.kept_cycles += 1;
+    /// Counts one more cycle served on the node: towards the fairness bound if someone waits
+    /// behind it, and as a kept cycle if it ran on the node `kept` from an earlier one.
+    pub fn served(&mut self, zk: &Zk, kept: bool) {
         self.cycles = match *self.behind.borrow() {
             Behind::Nobody => 0,
             _ => self.cycles + 1,
         };
-        zk.count_kept(self.product_id);
-        // Only the fair recipe's nodes are kept: the herd's one node has no queue behind it.
-        metrics::lock_kept("fair");
+        if kept {
+            self.kept_cycles += 1;
+            zk.count_kept(self.product_id);
+            // Only the fair recipe's nodes are kept: the herd's one node has no queue behind it.
+            metrics::lock_kept("fair");
+        }
     }
 
     /// Resolves when the lock should go now if it has nothing to serve: someone queued

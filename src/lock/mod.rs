@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use zookeeper_client as zk;
 
-pub use kept::{Fairness, Keeping};
+pub use kept::{Fairness, KeepSettings, Keeping};
 pub use node::make_dir;
 pub use reentrant::Owner;
 pub use rwlock::{Access, TermsLock};

@@ -50,9 +50,10 @@ impl CycleSpan {
     }
 }
 
-/// One lock cycle: with the guard entered, serves `batch` and answers every order. Hands
-/// the lock back after the commit (the caller releases it, or keeps it for its next cycle:
-/// see `worker`), unless the cycle sold nothing for want of it. `act` is what the cycle acts
+/// One lock cycle: with the guard entered, serves `batch` and answers every order. With
+/// `keep`, hands the lock back after the commit (the worker may keep it for its next cycle),
+/// unless the cycle sold nothing for want of it; otherwise releases it right after the commit,
+/// before the answers, so the next holder starts at once. `act` is what the cycle acts
 /// out for the teaching page, if anything: such a cycle leaves the sale's path at one seam
 /// (`acted`).
 pub(super) async fn run(
@@ -62,6 +63,7 @@ pub(super) async fn run(
     act: Option<Act>,
     batch: Vec<Waiting>,
     number: u64,
+    keep: bool,
 ) -> Option<StockLock> {
     let (lock, protection) = entered;
     let acquired = Instant::now();
@@ -105,13 +107,16 @@ pub(super) async fn run(
         }
     };
     let kept = match &served {
-        Ok(_) => lock,
+        Ok(_) if keep => lock,
         Err(Error::LockLost { .. }) => {
             drop(lock);
             shop.zk.reidentify().await;
             None
         }
-        Err(_) => None,
+        _ => {
+            drop(lock);
+            None
+        }
     };
     answer(shop, terms, &tickets, replies, served).await;
     kept

@@ -315,7 +315,7 @@ impl Shop {
             }
         };
         let (reply, answer) = oneshot::channel();
-        // A lone order's lock is never kept: released as soon as its cycle hands it back.
+        // A lone order's lock is never kept: released after its commit.
         let released = cycle::run(
             self,
             &terms,
@@ -323,6 +323,7 @@ impl Shop {
             act,
             vec![Waiting::new(ticket, reply)],
             span.number,
+            false,
         )
         .instrument(span.span)
         .await;

@@ -24,11 +24,11 @@ pub struct Recorder {
 impl Recorder {
     pub fn new(db: PgPool) -> Recorder {
         let answers_db = db.clone();
-        let write: WriteGroup<Answered, Option<Order>> = Arc::new(move |answers| {
+        let write: WriteGroup<Answered, Option<Order>> = Arc::new(move |answers, _| {
             let db = answers_db.clone();
             Box::pin(async move { intents::record_payments(&db, &answers).await })
         });
-        let mark: WriteGroup<String, bool> = Arc::new(move |keys| {
+        let mark: WriteGroup<String, bool> = Arc::new(move |keys, _| {
             let db = db.clone();
             Box::pin(async move { intents::mark_sent(&db, &keys).await })
         });

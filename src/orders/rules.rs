@@ -35,6 +35,8 @@ pub struct Rules {
     /// How long a lock is kept between cycles, and the bound on anyone's wait behind it
     /// (`--lock-linger-ms`, `--lock-handover-ms`, `--lock-handover-cycles`).
     pub fairness: Fairness,
+    /// Shared lock-cycle transactions at once (`--shared-transactions`).
+    pub shared_transactions: u8,
 }
 
 impl Rules {
@@ -83,6 +85,7 @@ impl Rules {
             allow_unsafe_guards: config.allow_unsafe_guards,
             db_step: config.db_timeouts().step(),
             fairness: config.fairness(),
+            shared_transactions: config.shared_transactions,
         }
     }
 }

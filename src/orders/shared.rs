@@ -25,7 +25,7 @@ use super::model::Ticket;
 use super::rules::Rules;
 use super::store;
 use crate::error::Error;
-use crate::group::{GroupWriter, WriteGroup};
+use crate::group::{Committing, GroupWriter, WriteGroup};
 use crate::inventory::{self, Catalog, FencedWrite, Terms};
 use crate::lock::Token;
 use crate::telemetry::metrics;
@@ -35,12 +35,6 @@ static TRANSACTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// At most this many products' batches in one transaction.
 const GROUP_MAX: usize = 128;
-
-/// Shared transactions at once: while one commits, the cycles that arrived meanwhile start
-/// the next instead of waiting for that commit (each product in one at a time). Two keep one
-/// statement at work while the other waits for its COMMIT's flush; more would only split the
-/// batches on two cores.
-const WRITERS: usize = 2;
 
 /// One product's lock cycle, its lock held under `token`, waiting for its transaction.
 #[derive(Clone)]
@@ -78,8 +72,12 @@ pub struct SharedCycles {
 }
 
 impl SharedCycles {
+    /// Up to `rules.shared_transactions` at once (`--shared-transactions`): with 2, while one
+    /// commits, the cycles that arrived meanwhile start the next instead of waiting for that
+    /// COMMIT (each product in one at a time); the next is built only then, so the groups stay
+    /// as large as one transaction's time gathers.
     pub(super) fn new(db: PgPool, catalog: Catalog, rules: Rules) -> SharedCycles {
-        let write: WriteGroup<Part, Result<Served, Error>> = Arc::new(move |parts| {
+        let write: WriteGroup<Part, Result<Served, Error>> = Arc::new(move |parts, committing| {
             let (db, catalog) = (db.clone(), catalog.clone());
             // A transaction serves many cycles: its span stands alone, numbered, and names
             // each cycle it serves by its fence (the cycle's own lines carry the same).
@@ -94,10 +92,18 @@ impl SharedCycles {
                     )
                 });
             }
-            Box::pin(async move { serve(&db, &catalog, &rules, &parts).await }.instrument(span))
+            Box::pin(
+                async move { serve(&db, &catalog, &rules, &parts, committing).await }
+                    .instrument(span),
+            )
         });
         SharedCycles {
-            writer: GroupWriter::with_writers(write, |part| &part.key, GROUP_MAX, WRITERS),
+            writer: GroupWriter::with_writers(
+                write,
+                |part| &part.key,
+                GROUP_MAX,
+                usize::from(rules.shared_transactions),
+            ),
         }
     }
 
@@ -134,6 +140,7 @@ async fn serve(
     catalog: &Catalog,
     rules: &Rules,
     parts: &[Part],
+    mut committing: Committing,
 ) -> Result<Vec<Result<Served, Error>>, sqlx::Error> {
     metrics::shared_transaction(parts.len());
     let lost = || Err(Error::LockLost { order_id: None });
@@ -216,6 +223,8 @@ async fn serve(
         Err(e) => return Err(e),
     };
     drop(rows);
+    // Only the COMMIT left: the next transaction may be built beside it.
+    committing.now();
     if let Err(e) = batch::commit(db, tx, bound).await {
         // Only the parts the transaction wrote may have sold; the others wrote nothing.
         return Ok(parts

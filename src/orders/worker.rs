@@ -72,13 +72,24 @@ async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
         // A cycle serves many requests: its span stands alone, and each order it serves
         // names it (see `cycle::run`).
         let span = CycleSpan::new(&terms, true);
-        let (entered, keeping) = match reuse(&shop, kept.take(), session) {
+        let (entered, keeping, reused) = match reuse(&shop, kept.take(), session) {
             Some((lock, keeping)) => {
                 let protection = Protection::Fenced(lock.token);
-                ((Some(lock), protection), Some(keeping))
+                ((Some(lock), protection), Some(keeping), true)
             }
             None => match enter(&shop, &terms, &queue, session, &span).await {
-                Some(entered) => (entered, None),
+                // A node granted at once may be kept: who waits behind it is listed while its
+                // first cycle runs. One that had to wait for another holder (another instance
+                // sells the product too) is released after its cycle, as every node was
+                // before keeping: the next holder's batch, gathered meanwhile, is larger than
+                // the one this instance would serve next.
+                Some(entered) => {
+                    let keeping = match (&entered.0, keeps) {
+                        (Some(lock), true) if lock.wakeups == 0 => shop.zk.keep(terms.id, lock),
+                        _ => None,
+                    };
+                    (entered, keeping, false)
+                }
                 None => continue,
             },
         };
@@ -86,27 +97,20 @@ async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
         let back = if batch.is_empty() {
             entered.0
         } else {
-            cycle::run(&shop, &terms, entered, act, batch, span.number)
+            let keep = keeping.is_some();
+            cycle::run(&shop, &terms, entered, act, batch, span.number, keep)
                 .instrument(span.span)
                 .await
         };
         queue.served(shop.lock_timeout(terms.id));
-        let (Some(lock), true) = (back, keeps) else {
-            if let Some(keeping) = keeping {
-                keeping.give_up(&shop.zk);
-            }
-            continue;
-        };
-        let keeping = match keeping {
-            Some(mut keeping) => {
-                keeping.served(&shop.zk);
-                Some(keeping)
-            }
-            None => shop.zk.keep(terms.id, &lock),
-        };
         let Some(mut keeping) = keeping else {
             continue;
         };
+        let Some(lock) = back else {
+            keeping.give_up(&shop.zk);
+            continue;
+        };
+        keeping.served(&shop.zk, reused);
         if linger(&shop, &queue, &mut keeping).await {
             kept = Some((lock, keeping));
         } else {
@@ -160,6 +164,12 @@ async fn enter(
 /// behind ours, it goes at once.
 async fn linger(shop: &Shop, queue: &Queue, keeping: &mut Keeping) -> bool {
     let fairness = shop.rules.fairness;
+    // A node's first listing (who waited behind it when it was granted) runs during its first
+    // cycle: a fast cycle waits for it here, within the linger.
+    tokio::select! {
+        () = keeping.listed() => {}
+        () = tokio::time::sleep(fairness.linger) => return false,
+    }
     if !keeping.may_serve(&shop.zk, &fairness) {
         return false;
     }

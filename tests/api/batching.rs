@@ -241,103 +241,73 @@ async fn a_buyer_who_hangs_up_in_the_local_queue_leaves_it_and_writes_no_row() {
     );
 }
 
-/// Locks a product's row in a transaction of the test's own: a lock cycle that writes it
-/// stays inside its shared transaction until the test lets it go.
-async fn hold_row(env: &TestEnv, product: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut row = env.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
-        .bind(product)
-        .execute(&mut *row)
-        .await
-        .unwrap();
-    row
-}
-
-/// Waits until the instance counts at least `n` lock cycles in or waiting for a shared
-/// transaction.
-async fn shared_cycles_at_least(base: &str, n: f64, what: &str) {
-    wait_until(Duration::from_secs(20), what, || async {
-        let metrics = scrape(base).await;
-        (metrics.get("seckill_shared_cycles").copied().unwrap_or(0.0) >= n).then_some(())
-    })
-    .await;
-}
-
-fn reserving(base: &str, product: i64, user: &'static str) -> tokio::task::JoinHandle<Reply> {
-    let base = base.to_string();
-    tokio::spawn(async move { reserve(&base, product, user).await })
-}
-
-/// How many transactions wrote the orders of `products` (their rows' `xmin`: reservations,
-/// which no later update rewrites).
-async fn transactions(env: &TestEnv, products: &[i64]) -> i64 {
-    let list: Vec<String> = products.iter().map(i64::to_string).collect();
-    let sql = format!(
-        "SELECT COUNT(DISTINCT xmin::TEXT) FROM orders WHERE product_id IN ({})",
-        list.join(", ")
-    );
-    count(env, &sql).await
-}
-
 /// The lock cycles of every product whose lock the instance holds at one moment share one
-/// transaction. The test holds two products' rows (PostgreSQL's row lock), so their cycles
-/// stay inside the instance's two transactions; two more products' cycles take their locks
-/// and wait for the next one (the instance's gauge shows all four); once the rows are let
-/// go, the two are written by one transaction, not the first two's.
+/// transaction. The test holds one product's row (PostgreSQL's row lock), so that product's
+/// cycle stays inside its transaction; two more products' cycles take their locks and wait
+/// for the next one (the instance's gauge shows all three); once the row is let go, the two
+/// are written by one transaction (their orders' `xmin`: reservations, which no later
+/// update rewrites), not the first's.
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_cycles_of_products_held_at_one_moment_share_one_transaction() {
     let env = TestEnv::new().await;
     let app = env.spawn_process("shared", &[]).await;
     let base = &app.base_url;
-    let mut products = Vec::new();
-    for _ in 0..4 {
-        products.push(create_product(base, 10, "zk").await);
+    let blocked = create_product(base, 10, "zk").await;
+    let (a, b) = (
+        create_product(base, 10, "zk").await,
+        create_product(base, 10, "zk").await,
+    );
+    let waiting = |n: f64| async move {
+        let metrics = scrape(base).await;
+        (metrics.get("seckill_shared_cycles").copied().unwrap_or(0.0) >= n).then_some(())
+    };
+    let mut row = env.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
+        .bind(blocked)
+        .execute(&mut *row)
+        .await
+        .unwrap();
+    let reserving = |product: i64, user: &'static str| {
+        let base = base.clone();
+        tokio::spawn(async move { reserve(&base, product, user).await })
+    };
+    let first = reserving(blocked, "first");
+    wait_until(
+        Duration::from_secs(20),
+        "the first cycle in its transaction",
+        || waiting(1.0),
+    )
+    .await;
+    let others = [reserving(a, "a"), reserving(b, "b")];
+    wait_until(
+        Duration::from_secs(20),
+        "both cycles waiting for the next",
+        || waiting(3.0),
+    )
+    .await;
+    row.rollback().await.unwrap();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    for other in others {
+        assert_eq!(other.await.unwrap().status, StatusCode::CREATED);
     }
-    let (held, rest) = products.split_at(2);
-    let rows = [hold_row(&env, held[0]).await, hold_row(&env, held[1]).await];
-    let first = reserving(base, held[0], "first");
-    shared_cycles_at_least(base, 1.0, "the first cycle in its transaction").await;
-    let second = reserving(base, held[1], "second");
-    shared_cycles_at_least(base, 2.0, "the second cycle in the other transaction").await;
-    let others = [reserving(base, rest[0], "a"), reserving(base, rest[1], "b")];
-    shared_cycles_at_least(base, 4.0, "both cycles waiting for the next").await;
-    for row in rows {
-        row.rollback().await.unwrap();
-    }
-    for order in [first, second].into_iter().chain(others) {
-        assert_eq!(order.await.unwrap().status, StatusCode::CREATED);
-    }
+    let transactions = |products: &'static str| {
+        let sql = format!(
+            "SELECT COUNT(DISTINCT xmin::TEXT) FROM orders WHERE product_id IN ({products})"
+        );
+        let env = &env;
+        async move { count(env, &sql).await }
+    };
+    let (a_b, all) = (format!("{a}, {b}"), format!("{blocked}, {a}, {b}"));
     assert_eq!(
-        transactions(&env, rest).await,
+        transactions(a_b.leak()).await,
         1,
         "a and b in one transaction"
     );
     assert_eq!(
-        transactions(&env, &products).await,
-        3,
-        "the first two in their own"
+        transactions(all.leak()).await,
+        2,
+        "the first in one of its own"
     );
-}
-
-/// While one shared transaction cannot finish (a row another transaction holds), the cycles
-/// of other products do not wait for its commit: the next transaction starts beside it and
-/// they are answered while it is still stuck.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_stuck_transaction_does_not_hold_the_next_products_cycles() {
-    let env = TestEnv::new().await;
-    let app = env.spawn_process("shared", &[]).await;
-    let base = &app.base_url;
-    let stuck = create_product(base, 10, "zk").await;
-    let other = create_product(base, 10, "zk").await;
-    let row = hold_row(&env, stuck).await;
-    let first = reserving(base, stuck, "first");
-    shared_cycles_at_least(base, 1.0, "the first cycle in its transaction").await;
-    let reply = reserve(base, other, "other").await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
-    assert!(!first.is_finished(), "the first is still stuck");
-    row.rollback().await.unwrap();
-    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
-    assert_eq!(transactions(&env, &[stuck, other]).await, 2);
 }
 
 /// A queue that cannot serve one more order within the lock timeout, at the pace its lock

@@ -39,29 +39,7 @@ async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     let stale_token = env.fence(product).await;
     assert!(stale_token > 0, "the stale holder claimed the row");
 
-    // Partition the stale holder from ZooKeeper, then take its session over and close it:
-    // ZooKeeper ends the session and deletes its lock node, as it does once a long GC pause
-    // or partition outlasts the session timeout. (Cut first, or its client would win the
-    // session back.)
-    partition.cut();
-    let hijack = zk::Client::connector()
-        .with_session(stale.zk.session())
-        .connect(&env.zk_connect)
-        .await
-        .expect("take over the session");
-    drop(hijack);
-    let watcher = env.zk_client().await;
-    wait_until(
-        Duration::from_secs(10),
-        "the stale lock node to vanish",
-        || async {
-            env.lock_queue(&watcher, product)
-                .await
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    end_session(&env, &partition, &stale, product).await;
 
     let fresh_reply = place_order(&http(), &fresh.base_url, product, "fresh-buyer")
         .await
@@ -89,6 +67,37 @@ async fn a_holder_whose_session_expired_cannot_write_the_stock() {
     assert_eq!(env.stock(product).await, 4, "only the fresh holder sold");
     let audit = audit(&fresh.base_url, product).await;
     assert_eq!(audit["consistent"], true, "{audit}");
+}
+
+/// Ends the session of `app`, whose ZooKeeper connection runs through `partition`: cut from
+/// ZooKeeper, its session taken over and closed, as ZooKeeper ends it once a long GC pause or
+/// partition outlasts the session timeout (cut first, or its client would win the session
+/// back). Returns once its lock node for `product` is gone.
+pub(crate) async fn end_session(
+    env: &TestEnv,
+    partition: &ChaosProxy,
+    app: &TestApp,
+    product: i64,
+) {
+    partition.cut();
+    let hijack = zk::Client::connector()
+        .with_session(app.zk.session())
+        .connect(&env.zk_connect)
+        .await
+        .expect("take over the session");
+    drop(hijack);
+    let watcher = env.zk_client().await;
+    wait_until(
+        Duration::from_secs(10),
+        "the stale lock node to vanish",
+        || async {
+            env.lock_queue(&watcher, product)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

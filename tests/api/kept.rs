@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use zookeeper_client as zk;
 
 use crate::helpers::*;
 
@@ -164,24 +163,7 @@ async fn a_kept_lock_whose_session_expired_is_refused_by_the_fence() {
     );
 
     // The session ends (partitioned, then taken over and closed): its node goes.
-    partition.cut();
-    let hijack = zk::Client::connector()
-        .with_session(stale.zk.session())
-        .connect(&env.zk_connect)
-        .await
-        .expect("take over the session");
-    drop(hijack);
-    wait_until(
-        Duration::from_secs(10),
-        "the kept node to vanish",
-        || async {
-            env.lock_queue(&watcher, product)
-                .await
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    crate::fencing::end_session(&env, &partition, &stale, product).await;
     let fresh_reply = place_order(&http(), &fresh.base_url, product, "fresh-buyer")
         .await
         .unwrap();

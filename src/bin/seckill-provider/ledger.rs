@@ -35,7 +35,7 @@ pub struct Entry {
 pub type Ledger = GroupWriter<Entry, Charge>;
 
 pub fn ledger(db: PgPool) -> Ledger {
-    let write: WriteGroup<Entry, Charge> = Arc::new(move |entries| {
+    let write: WriteGroup<Entry, Charge> = Arc::new(move |entries, _| {
         let db = db.clone();
         Box::pin(async move { write(&db, &entries).await })
     });

@@ -7,6 +7,9 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::inventory::Terms;
 
+/// The longest pass a body may carry (the schema's `maxLength`).
+const MAX_PASS: usize = 512;
+
 /// A buyer's request, as the JSON body says it.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -104,6 +107,17 @@ impl NewOrder {
         if self.quantity < 1 {
             return Err(Error::invalid("quantity must be at least 1"));
         }
+        // Checked here, whatever the product: one without a line ignores its pass, but a
+        // request the schema calls malformed is malformed everywhere.
+        if self
+            .pass
+            .as_ref()
+            .is_some_and(|pass| pass.chars().count() > MAX_PASS)
+        {
+            return Err(Error::invalid(format!(
+                "pass must be at most {MAX_PASS} characters"
+            )));
+        }
         Ok(OrderRequest {
             product_id: self.product_id,
             user_id: buyer,
@@ -162,6 +176,23 @@ mod tests {
             pass: None,
         }
         .parse(user_id.into())
+    }
+
+    #[test]
+    fn a_pass_is_bounded_whatever_the_product() {
+        let with_pass = |pass: String| {
+            NewOrder {
+                product_id: 1,
+                user_id: None,
+                quantity: 1,
+                pay: true,
+                pass: Some(pass),
+            }
+            .parse("alice".into())
+        };
+        assert!(with_pass("p".repeat(MAX_PASS)).is_ok());
+        let refused = with_pass("p".repeat(MAX_PASS + 1)).unwrap_err();
+        assert_eq!(refused.code(), "invalid_request");
     }
 
     #[test]

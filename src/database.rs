@@ -50,27 +50,31 @@ impl Timeouts {
 }
 
 /// The pool: every session bounded as the module's comment says.
+/// `password`, when given, replaces the URL's.
 pub async fn connect(
     url: &str,
+    password: Option<&str>,
     max_connections: u32,
     timeouts: Timeouts,
 ) -> anyhow::Result<PgPool> {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
-    let options = PgConnectOptions::from_str(url)
-        .context("parsing --database-url")?
-        .options([
-            ("statement_timeout", ms(timeouts.statement)),
-            (
-                "idle_in_transaction_session_timeout",
-                ms(timeouts.idle_in_transaction()),
-            ),
-            // The server's side of the connection: a client host that went away is noticed
-            // within seconds rather than the kernel's two hours.
-            ("tcp_keepalives_idle", "5".into()),
-            ("tcp_keepalives_interval", "2".into()),
-            ("tcp_keepalives_count", "3".into()),
-            ("tcp_user_timeout", ms(timeouts.step() * 3)),
-        ]);
+    let mut options = PgConnectOptions::from_str(url).context("parsing --database-url")?;
+    if let Some(password) = password {
+        options = options.password(password);
+    }
+    let options = options.options([
+        ("statement_timeout", ms(timeouts.statement)),
+        (
+            "idle_in_transaction_session_timeout",
+            ms(timeouts.idle_in_transaction()),
+        ),
+        // The server's side of the connection: a client host that went away is noticed
+        // within seconds rather than the kernel's two hours.
+        ("tcp_keepalives_idle", "5".into()),
+        ("tcp_keepalives_interval", "2".into()),
+        ("tcp_keepalives_count", "3".into()),
+        ("tcp_user_timeout", ms(timeouts.step() * 3)),
+    ]);
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(3))

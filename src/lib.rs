@@ -36,6 +36,7 @@
 //! Imports point down this list (`http` → `idempotency` → `orders` → `teaching` → `events`
 //! → `inventory` → `flags` → `lock` → ...), never back up.
 
+pub mod admin;
 pub mod buyers;
 pub mod commit;
 pub mod config;

@@ -25,6 +25,7 @@ use crate::lock::Zk;
 use crate::orders::{self, Rules, Shop};
 use crate::payment::Provider;
 use crate::teaching::Teaching;
+use crate::telemetry::metrics;
 
 pub struct Application {
     listener: TcpListener,
@@ -59,6 +60,7 @@ impl Application {
         crate::telemetry::metrics::handle();
         let db = database::connect(
             &config.database_url,
+            config.database_password.as_deref(),
             config.db_max_connections,
             config.db_timeouts(),
         )
@@ -206,6 +208,11 @@ impl Application {
             state.shop.clone(),
             Duration::from_millis(state.config.expiry_interval_ms),
         ));
+        let auditor = tokio::spawn(orders::audit::run(
+            state.shop.clone(),
+            Duration::from_millis(state.config.audit_interval_ms),
+        ));
+        metrics::request_timeout(state.config.request_timeout());
         let pacer = tokio::spawn(line::keep_pace(db.clone()));
         let purger = tokio::spawn(purge_keys(
             db.clone(),
@@ -254,7 +261,7 @@ impl Application {
                 "requests or orders still in flight after the grace period; closing anyway"
             ),
         }
-        for background in [sweeper, purger, pacer, standing] {
+        for background in [sweeper, auditor, purger, pacer, standing] {
             background.abort();
             let _ = background.await;
         }

@@ -134,6 +134,8 @@ pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<R
         && payment_provider
         && buyer_keys
         && matches!(ensemble, Ensemble::Guarding);
+    // For alerts: the probes (compose's health check, a balancer's) ask every few seconds.
+    crate::telemetry::metrics::ready(ready);
     let status = if ready {
         StatusCode::OK
     } else {

@@ -47,6 +47,7 @@
 mod acted;
 mod alone;
 mod answer;
+pub mod audit;
 pub mod batch;
 pub mod combiner;
 pub mod cycle;

@@ -29,7 +29,7 @@ use crate::telemetry::metrics;
 
 /// How long a row taken by one instance's settlement is left alone by the others; also how
 /// long an order that could not be settled waits before the next try.
-const LEASE: Duration = Duration::from_secs(30);
+pub(super) const LEASE: Duration = Duration::from_secs(30);
 
 /// Rows one pass takes per question.
 const PASS: i64 = 100;

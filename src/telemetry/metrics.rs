@@ -35,9 +35,15 @@ pub const WORKER_RESTARTS: &str = "seckill_worker_restarts_total";
 pub const ENSEMBLE_STANDING: &str = "seckill_zk_ensemble_standing";
 pub const SHARED_CYCLES: &str = "seckill_shared_cycles";
 pub const SHARED_CYCLE_PRODUCTS: &str = "seckill_shared_cycle_products";
+pub const READY: &str = "seckill_ready";
+pub const REQUEST_TIMEOUT: &str = "seckill_request_timeout_seconds";
+pub const AUDIT_INCONSISTENT: &str = "seckill_audit_inconsistent_products";
+pub const AUDIT_TIMESTAMP: &str = "seckill_audit_timestamp_seconds";
+pub const PRODUCT_STOCK: &str = "seckill_product_stock";
+pub const OVERDUE: &str = "seckill_overdue";
 
 /// Every metric above: docs/operations.md's table lists exactly these (a contract test).
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 29] = [
     ORDERS,
     HTTP_DURATION,
     LOCK_WAIT,
@@ -61,6 +67,12 @@ pub const ALL: [&str; 23] = [
     ENSEMBLE_STANDING,
     SHARED_CYCLES,
     SHARED_CYCLE_PRODUCTS,
+    READY,
+    REQUEST_TIMEOUT,
+    AUDIT_INCONSISTENT,
+    AUDIT_TIMESTAMP,
+    PRODUCT_STOCK,
+    OVERDUE,
 ];
 
 /// Seconds, from a fast lock handoff on loopback to a request timeout.
@@ -183,6 +195,51 @@ fn describe() {
         WORKER_RESTARTS,
         "Background workers restarted after a panic, by worker"
     );
+    describe_gauge!(READY, "1 when this instance's last readiness check (GET /readyz) found PostgreSQL, ZooKeeper, the payment provider and the ensemble's standing fine, 0 otherwise");
+    describe_gauge!(
+        REQUEST_TIMEOUT,
+        metrics::Unit::Seconds,
+        "This instance's --request-timeout-ms: alert rules compare latencies to a share of it"
+    );
+    describe_gauge!(AUDIT_INCONSISTENT, "Products (under a guard: `none` oversells on purpose) whose books did not balance at the background audit's last pass (0: every unit is in stock or in an order that holds it)");
+    describe_gauge!(
+        AUDIT_TIMESTAMP,
+        metrics::Unit::Seconds,
+        "Unix time of the background audit's last completed pass"
+    );
+    describe_gauge!(
+        PRODUCT_STOCK,
+        "Units left in stock, by product, at the background audit's last pass"
+    );
+    describe_gauge!(OVERDUE, "Work the background has not done in time, database-wide, by work: returns (reservations past their deadline by 30 s), settlement (orders still paying past the settlement window), intents (payment intents without an outcome past it)");
+}
+
+/// This instance's last readiness check: ready or not.
+pub fn ready(ready: bool) {
+    gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// The request timeout this instance answers within.
+pub fn request_timeout(timeout: Duration) {
+    gauge!(REQUEST_TIMEOUT).set(timeout.as_secs_f64());
+}
+
+/// What one pass of the background audit found: how many products' books do not balance,
+/// and each product's stock (by id).
+pub fn audited(inconsistent: usize, stock: &[(i64, i64)]) {
+    gauge!(AUDIT_INCONSISTENT).set(inconsistent as f64);
+    for (product, left) in stock {
+        gauge!(PRODUCT_STOCK, "product" => product.to_string()).set(*left as f64);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    gauge!(AUDIT_TIMESTAMP).set(now.as_secs_f64());
+}
+
+/// Background `work` (`returns`, `settlement`, `intents`) not done in time, database-wide.
+pub fn overdue(work: &'static str, count: i64) {
+    gauge!(OVERDUE, "work" => work).set(count as f64);
 }
 
 /// Lock cycles in (or waiting for) a shared transaction: +1 as one joins, -1 as it leaves.

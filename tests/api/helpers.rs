@@ -67,17 +67,7 @@ impl Provider {
             .kill_on_drop(true)
             .spawn()
             .expect("start seckill-provider");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("seckill-provider printed its address within 30s")
-            .expect("read seckill-provider stdout")
-            .expect("seckill-provider exited before listening");
-        let url = line
-            .strip_prefix("seckill-provider listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-            .to_string();
+        let url = listening(&mut child, "seckill-provider").await;
         Provider {
             url,
             database_url: database_url.to_string(),
@@ -294,17 +284,7 @@ impl TestEnv {
             .kill_on_drop(true)
             .spawn()
             .expect("start seckill");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("seckill printed its address within 30s")
-            .expect("read seckill stdout")
-            .expect("seckill exited before listening");
-        let base_url = line
-            .strip_prefix("seckill listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-            .to_string();
+        let base_url = listening(&mut child, "seckill").await;
         ServerProcess { child, base_url }
     }
 
@@ -602,6 +582,21 @@ pub struct TestApp {
     pub combiner: seckill::orders::combiner::Combiner,
     /// Dropping it shuts the app down.
     _stop: oneshot::Sender<()>,
+}
+
+/// The address a `seckill` or `seckill-provider` process (`name`) prints on its stdout
+/// (piped) once it listens.
+pub async fn listening(child: &mut Child, name: &str) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("{name} printed its address within 30s"))
+        .expect("read its stdout")
+        .unwrap_or_else(|| panic!("{name} exited before listening"));
+    line.strip_prefix(&format!("{name} listening on "))
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string()
 }
 
 pub struct ServerProcess {

@@ -3,6 +3,7 @@
 
 mod abuse;
 mod access;
+mod alerting;
 mod background;
 mod bad_input;
 mod batching;
@@ -25,6 +26,7 @@ mod line;
 mod migrations;
 mod money;
 mod observability;
+mod operations;
 mod products;
 mod recipes;
 mod recovery;

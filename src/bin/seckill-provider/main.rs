@@ -18,6 +18,7 @@
 //! (the connection drops after the ledger has it).
 
 mod ledger;
+mod metrics;
 mod settings;
 mod tls;
 
@@ -55,6 +56,9 @@ struct Config {
     /// The ledger's own database (a provider is another company's system).
     #[arg(long, env = "PROVIDER_DATABASE_URL", hide_env_values = true)]
     database_url: String,
+    /// The ledger database's password, in place of the URL's. Never printed.
+    #[arg(long, env = "PROVIDER_DATABASE_PASSWORD", hide_env_values = true)]
+    database_password: Option<String>,
     #[command(flatten)]
     faults: Faults,
     /// Accept `PUT /v1/settings` (tests, the chaos sale and the page's demo change faults
@@ -74,6 +78,12 @@ struct Config {
     tls_key: Option<PathBuf>,
 }
 
+const SECRETS: &[seckill::config::SecretVar] = &[
+    ("PROVIDER_DATABASE_URL", "--database-url"),
+    ("PROVIDER_DATABASE_PASSWORD", "--database-password"),
+    ("PROVIDER_API_KEY", "--api-key"),
+];
+
 #[derive(Clone)]
 struct AppState {
     db: PgPool,
@@ -85,17 +95,29 @@ struct AppState {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    // Each secret's variable may instead name a file (`PROVIDER_API_KEY_FILE`: Docker secrets).
+    let args =
+        seckill::config::with_secret_files(std::env::args_os(), SECRETS, |v| std::env::var_os(v))
+            .map_err(anyhow::Error::msg)?;
+    let config = Config::parse_from(args);
+    let recorder = metrics::install()?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
+    let mut options: sqlx::postgres::PgConnectOptions = config
+        .database_url
+        .parse()
+        .context("parsing --database-url")?;
+    if let Some(password) = &config.database_password {
+        options = options.password(password);
+    }
     let db = sqlx::postgres::PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(Duration::from_secs(3))
-        .connect(&config.database_url)
+        .connect_with(options)
         .await
         .context("connecting to the ledger's database")?;
     sqlx::migrate!("./migrations/provider")
@@ -115,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
         .route("/v1/settings", put(change_settings).get(show_settings))
         .route_layer(axum::middleware::from_fn_with_state(key, authorized))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(move || async move { recorder.render() }))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -215,40 +238,55 @@ struct NewCharge {
     amount_cents: i64,
 }
 
-/// Charges once per key. The ledger has the charge before any answer leaves: a lost answer
-/// or a caller that gave up changes nothing about what was charged.
+/// Charges once per key, counted by outcome.
 async fn charge(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Option<Json<NewCharge>>,
 ) -> Response {
+    let charging = metrics::Charging::start();
+    let (outcome, response) = charge_once(state, headers, body).await;
+    charging.answered(outcome);
+    response
+}
+
+/// The ledger has the charge before any answer leaves: a lost answer or a caller that gave
+/// up changes nothing about what was charged.
+async fn charge_once(
+    state: AppState,
+    headers: HeaderMap,
+    body: Option<Json<NewCharge>>,
+) -> (&'static str, Response) {
     let Some(key) = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .filter(|k| !k.is_empty() && k.len() <= 255)
         .map(str::to_string)
     else {
-        return error(
+        let refused = error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "Idempotency-Key is required",
         );
+        return ("invalid", refused);
     };
     let Some(Json(new)) = body.filter(|b| b.0.amount_cents >= 0) else {
-        return error(
+        let refused = error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "amount_cents must be a non-negative integer",
         );
+        return ("invalid", refused);
     };
     let plan = state.settings.plan(&key);
     if plan.fail {
         // A 5xx before anything is charged: the caller must retry under the same key.
-        return error(
+        let failed = error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "provider_error",
             "try again",
         );
+        return ("failed", failed);
     }
     let started_at = chrono::Utc::now();
     if !plan.latency.is_zero() {
@@ -265,19 +303,21 @@ async fn charge(
     let charge = match charged {
         Ok(Some(charge)) => charge,
         Ok(None) => {
-            return error(
+            let conflict = error(
                 StatusCode::CONFLICT,
                 "key_reused",
                 "this Idempotency-Key was used for another amount",
-            )
+            );
+            return ("conflict", conflict);
         }
         Err(e) => {
             tracing::warn!(error = %e, "ledger unavailable");
-            return error(
+            let failed = error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "provider_unavailable",
                 "try again",
             );
+            return ("failed", failed);
         }
     };
     if !plan.slow.is_zero() {
@@ -285,9 +325,14 @@ async fn charge(
     }
     if plan.lose {
         tracing::info!(key, "charged; dropping the answer");
-        return lost_answer();
+        return ("lost", lost_answer());
     }
-    Json(charge).into_response()
+    let outcome = if charge.status == "succeeded" {
+        "succeeded"
+    } else {
+        "declined"
+    };
+    (outcome, Json(charge).into_response())
 }
 
 /// An answer that never arrives whole: the headers go, then the connection drops before the

@@ -11,13 +11,17 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod files;
+pub use files::{with_secret_files, SecretVar, SECRETS};
+
 #[derive(Clone, Parser)]
 #[command(
     name = "seckill",
     version,
     about = "A flash-sale service that never oversells",
     // A later flag overrides an earlier one, so wrappers (and tests) can append to a base command.
-    args_override_self = true
+    args_override_self = true,
+    after_help = "Every secret's variable may instead name a file: DATABASE_URL_FILE, SECKILL_DB_PASSWORD_FILE, SECKILL_ADMIN_TOKEN_FILE, SECKILL_ZK_AUTH_FILE, SECKILL_PAYMENT_API_KEY_FILE.\nAdmin actions against a running instance: seckill admin --help"
 )]
 pub struct Config {
     /// Address to listen on. Port 0 picks a free port (tests use it).
@@ -27,6 +31,10 @@ pub struct Config {
     /// PostgreSQL connection URL.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+
+    /// PostgreSQL password, in place of the URL's (so the URL holds no secret). Never printed.
+    #[arg(long, env = "SECKILL_DB_PASSWORD", hide_env_values = true)]
+    pub database_password: Option<String>,
 
     /// Most connections this instance opens to PostgreSQL.
     #[arg(long, env = "SECKILL_DB_MAX_CONNECTIONS", default_value_t = 20)]
@@ -186,6 +194,12 @@ pub struct Config {
     /// How often this instance looks for unpaid reservations past their deadline.
     #[arg(long, env = "SECKILL_EXPIRY_INTERVAL_MS", default_value_t = 1000)]
     pub expiry_interval_ms: u64,
+
+    /// How often this instance audits every product's books and the background's overdue
+    /// work, for the metrics alerts read (`seckill_audit_*`, `seckill_overdue`).
+    #[arg(long, env = "SECKILL_AUDIT_INTERVAL_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub audit_interval_ms: u64,
 
     /// How long an Idempotency-Key and its response are kept (at least 24 h by default).
     #[arg(long, env = "SECKILL_IDEMPOTENCY_TTL_S", default_value_t = 86_400)]

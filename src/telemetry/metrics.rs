@@ -101,18 +101,22 @@ pub fn handle() -> &'static PrometheusHandle {
                 PrometheusBuilder::new().build_recorder().handle()
             });
         describe();
-        // Histograms keep their samples until upkeep folds them into buckets: without it an
-        // instance nobody scrapes would grow. A thread, not a task: it outlives any runtime.
-        let upkeep = handle.clone();
-        std::thread::Builder::new()
-            .name("metrics-upkeep".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(5));
-                upkeep.run_upkeep();
-            })
-            .expect("spawning the metrics upkeep thread");
+        keep_up(handle.clone());
         handle
     })
+}
+
+/// Histograms keep their samples until upkeep folds them into buckets: without it a process
+/// nobody scrapes would grow. A thread, not a task: it outlives any runtime. (The payment
+/// provider's recorder uses it too.)
+pub fn keep_up(handle: PrometheusHandle) {
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(5));
+            handle.run_upkeep();
+        })
+        .expect("spawning the metrics upkeep thread");
 }
 
 fn describe() {

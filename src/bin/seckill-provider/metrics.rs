@@ -2,7 +2,7 @@
 //! so its own failures show beside the shop's: a shop that hears `unknown` and a provider
 //! that says it answered 500 tell one story from two sides.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -28,15 +28,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         "Time to answer a POST /v1/charges"
     );
     describe_gauge!(IN_FLIGHT, "Charge requests being answered now");
-    // Histograms fold their samples into buckets at upkeep: without it an unscraped
-    // provider grows.
-    let upkeep = handle.clone();
-    std::thread::Builder::new()
-        .name("metrics-upkeep".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(5));
-            upkeep.run_upkeep();
-        })?;
+    seckill::telemetry::metrics::keep_up(handle.clone());
     Ok(handle)
 }
 

@@ -88,6 +88,19 @@ enum Action {
         /// How many (1 to 100).
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// The page after this one: the previous answer's `next_cursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Reads one order (GET /orders/{id}).
+    Order {
+        /// The order's id (a UUID).
+        id: uuid::Uuid,
+    },
+    /// What the payment provider's ledger says of an order's charge (GET /api/orders/{id}/charge).
+    Charge {
+        /// The order's id (a UUID).
+        id: uuid::Uuid,
     },
 }
 
@@ -113,10 +126,11 @@ struct NewProduct {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     batch_max: Option<i64>,
-    /// Buyers come in through the product's line (a waiting room before the opening).
+    /// Whether buyers come in through the product's line (a waiting room before the
+    /// opening): true or false (left out: a line when --opens-at is given).
     #[arg(long)]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    line: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<bool>,
 }
 
 /// The terms a product is sold under beside its price; each left out is the instance's
@@ -152,9 +166,7 @@ pub async fn main(args: Vec<std::ffi::OsString>) -> anyhow::Result<ExitCode> {
     let token = match (&admin.token, &admin.token_file) {
         (Some(token), _) => token.clone(),
         (None, Some(file)) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("reading the admin token from {}", file.display()))?;
-            text.trim_end_matches(['\r', '\n']).to_string()
+            crate::config::read_secret(file).map_err(|e| anyhow::anyhow!("the admin token: {e}"))?
         }
         (None, None) => anyhow::bail!(
             "no admin token: set SECKILL_ADMIN_TOKEN, SECKILL_ADMIN_TOKEN_FILE or --token-file"
@@ -186,9 +198,17 @@ pub async fn main(args: Vec<std::ffi::OsString>) -> anyhow::Result<ExitCode> {
         Action::Pause { id } => client.post(url(&format!("/api/products/{id}/pause"))?),
         Action::Resume { id } => client.post(url(&format!("/api/products/{id}/resume"))?),
         Action::Audit { id } => client.get(url(&format!("/api/products/{id}/audit"))?),
-        Action::Orders { user, limit } => client
-            .get(url("/orders")?)
-            .query(&[("user_id", user.as_str()), ("limit", &limit.to_string())]),
+        Action::Orders {
+            user,
+            limit,
+            cursor,
+        } => {
+            let mut query = vec![("user_id", user.clone()), ("limit", limit.to_string())];
+            query.extend(cursor.iter().map(|c| ("cursor", c.clone())));
+            client.get(url("/orders")?).query(&query)
+        }
+        Action::Order { id } => client.get(url(&format!("/orders/{id}"))?),
+        Action::Charge { id } => client.get(url(&format!("/api/orders/{id}/charge"))?),
     };
     let response = request
         .bearer_auth(token)

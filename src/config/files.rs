@@ -46,17 +46,25 @@ pub fn with_secret_files(
                 "{flag} and {file_var} are both given: give the secret once"
             ));
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("{file_var}: reading {}: {e}", path.to_string_lossy()))?;
-        let value = text
-            .strip_suffix('\n')
-            .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
-        if value.is_empty() {
-            return Err(format!("{file_var}: {} is empty", path.to_string_lossy()));
-        }
+        let value =
+            read_secret(std::path::Path::new(&path)).map_err(|e| format!("{file_var}: {e}"))?;
         args.push(format!("{flag}={value}").into());
     }
     Ok(args)
+}
+
+/// A secret file's value: its text without one trailing newline (`echo` adds one). Refused:
+/// a file that cannot be read, or holds nothing.
+pub fn read_secret(path: &std::path::Path) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let value = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if value.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(value.to_string())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use clap::Parser;
 
 mod files;
 mod secret;
-pub use files::{with_secret_files, SecretVar, SECRETS};
+pub use files::{read_secret, with_secret_files, SecretVar, SECRETS};
 use secret::{admin_token_rule, zk_auth_rule};
 pub use secret::{api_key_rule, Secret};
 

@@ -6,20 +6,33 @@
 //! Read-only and database-wide: every instance reports the same numbers (the rules take their
 //! maximum), and an outranked instance reports too, since reading guards nothing.
 
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use super::shop::Shop;
 use crate::telemetry::metrics;
 
 /// How long past its deadline a reservation may wait for the returns loop (which runs every
-/// `--expiry-interval-ms` and returns a hundred per lock cycle) before it counts as overdue.
+/// `--expiry-interval-ms` and returns up to `returns::PER_CYCLE` per lock cycle) before it
+/// counts as overdue.
 const RETURN_GRACE: Duration = Duration::from_secs(30);
 
-/// Audits every `interval` until aborted.
+/// Audits every `interval` until aborted. A pass that panics is logged and counted as a
+/// restart, and the next pass runs as usual: an audit that stopped would read as books
+/// nobody checks (`seckill_audit_timestamp_seconds` stale).
 pub async fn run(shop: Shop, interval: Duration) {
     loop {
-        if let Err(e) = pass(&shop).await {
-            tracing::warn!(error = %e, "the background audit failed; retrying next pass");
+        match AssertUnwindSafe(pass(&shop)).catch_unwind().await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the background audit failed; retrying next pass")
+            }
+            Err(_) => {
+                tracing::error!("the background audit panicked; running it again next pass");
+                metrics::worker_restarted("audit");
+            }
         }
         tokio::time::sleep(interval).await;
     }

@@ -1,8 +1,8 @@
 //! The background work every instance does, once a `--expiry-interval-ms`, in three loops
 //! of their own so that none waits behind another (a provider that hangs for minutes must
 //! not keep lapsed units off sale):
-//! - **returns**: reservations past their deadline go back on sale, by the hundred per lock
-//!   cycle (see `returns`);
+//! - **returns**: reservations past their deadline go back on sale, up to
+//!   `returns::PER_CYCLE` per lock cycle (see `returns`);
 //! - **settlement**: payments abandoned half way are settled from the provider's word,
 //!   several at once, each charge under a payment lease when `--payment-concurrency` is set;
 //! - **upkeep**: orders left `created` are closed, intents left pending without a `paying`

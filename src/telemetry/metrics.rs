@@ -199,7 +199,7 @@ fn describe() {
         WORKER_RESTARTS,
         "Background workers restarted after a panic, by worker"
     );
-    describe_gauge!(READY, "1 when this instance's last readiness check (GET /readyz) found PostgreSQL, ZooKeeper, the payment provider and the ensemble's standing fine, 0 otherwise");
+    describe_gauge!(READY, "1 when this instance's last readiness check (GET /readyz) found PostgreSQL, ZooKeeper, the payment provider, the buyers' keys and the ensemble's standing fine, 0 otherwise; absent until something probes /readyz");
     describe_gauge!(
         REQUEST_TIMEOUT,
         metrics::Unit::Seconds,

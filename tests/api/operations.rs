@@ -95,6 +95,12 @@ async fn the_admin_command_runs_each_action_against_a_live_instance() {
         Some(1),
         "{orders}"
     );
+    let order_id = paid.body["id"].as_str().unwrap();
+    let order = admin_ok(base, &token, &["order", order_id]).await;
+    assert_eq!(order["status"], "paid", "{order}");
+    // The provider's own word on its charge.
+    let charge = admin_ok(base, &token, &["charge", order_id]).await;
+    assert!(charge.to_string().contains("succeeded"), "{charge}");
     let audit = admin_ok(base, &token, &["audit", &id_arg]).await;
     assert_eq!(
         (
@@ -126,6 +132,9 @@ async fn the_admin_command_runs_each_action_against_a_live_instance() {
         "resume",
         "audit",
         "orders",
+        "order",
+        "charge",
+        "products",
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args(["admin", action, "--help"])

@@ -47,7 +47,8 @@ use settings::{Faults, Settings};
 #[derive(Parser)]
 #[command(
     name = "seckill-provider",
-    about = "A payment provider with its own ledger, for seckill's tests and demo"
+    about = "A payment provider with its own ledger, for seckill's tests and demo",
+    after_help = "Every secret's variable may instead name a file: PROVIDER_DATABASE_URL_FILE, PROVIDER_DATABASE_PASSWORD_FILE, PROVIDER_API_KEY_FILE."
 )]
 struct Config {
     /// Address to listen on.

@@ -1,11 +1,5 @@
-"""The load and chaos tooling. Its scripts run as modules from the repository's root
-(`python3 -m loadtest.bench`, `python3 -m loadtest.chaoslab`), as the bash wrappers beside
-them do; what they share is in `loadtest.common`."""
-
-import os
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-# Where the reports, logs and k6 steps go: loadtest/results/, or SECKILL_RESULTS (a trial
-# run's figures kept out of the checkout's).
-RESULTS = Path(os.environ.get("SECKILL_RESULTS") or ROOT / "loadtest" / "results")
+"""The load and chaos tooling. At this folder's top, only the commands a user types (bash:
+`loadtest/bench`, `loadtest/run`, `loadtest/chaos`, …; README.md is the map); the scripts the
+load generators run are in k6/ and wrk/, and the Python the commands run is the package
+`loadtest.lib`, run as modules from the repository's root (`python3 -m loadtest.lib.bench`),
+as the commands do."""

@@ -276,7 +276,10 @@ where
     }
 }
 
-fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// A lock taken even after a panic while it was held: the callers' state is whole at every
+/// step (counts and lists), and their workers are started again after a panic, so a poisoned
+/// lock would only turn one panic into a panic of everything that comes after it.
+pub(crate) fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -143,7 +143,7 @@ async fn restock(
     let product = find(&state, &id).await?;
     let config = &state.config;
     let served = inventory::Product {
-        guard: product.guard.served(config.allow_unsafe_guards),
+        guard: product.guard.sold_under(config.allow_unsafe_guards),
         ..product
     };
     inventory::restock(

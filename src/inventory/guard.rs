@@ -34,7 +34,7 @@ impl Guard {
     /// The guard a server sells under: `none` only where unsafe guards are allowed. A
     /// product made on a demo server and sold by a production one (same database) is sold
     /// under `pg-atomic`, never unguarded.
-    pub fn served(self, allow_unsafe_guards: bool) -> Guard {
+    pub fn sold_under(self, allow_unsafe_guards: bool) -> Guard {
         match self {
             Guard::None if !allow_unsafe_guards => Guard::PgAtomic,
             guard => guard,

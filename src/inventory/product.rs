@@ -230,24 +230,15 @@ pub async fn create(
         Guard::None => 1,
         _ => new.batch_max.map_or(default_batch, |b| b as i32),
     };
-    sqlx::query_as!(
-        Product,
-        "WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
+    let id = sqlx::query_scalar!(
+        r#"WITH p AS (INSERT INTO products (name, price_cents, stock, stocked_total, max_per_order, guard,
                                           per_user_limit, reservation_ttl_s, batch_max,
                                           opens_at, closes_at, line)
                     VALUES ($1, $2, $3, $3, COALESCE($4, 10), $5, COALESCE($6, 1), COALESCE($7, 600), $8,
                             $9, $10, $11)
-                    RETURNING *),
+                    RETURNING id, line),
               l AS (INSERT INTO lines (product_id) SELECT id FROM p WHERE p.line)
-         SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
-                 p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
-                 p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
-                 p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
-                 p.sold AS \"sold!\",
-                 false AS \"sold_out!\",
-                 p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
-                 'open' AS \"state!: SaleState\", now() AS \"server_time!\"
-         FROM p",
+         SELECT id AS "id!" FROM p"#,
         new.name.trim(),
         new.price_cents,
         new.stock as i32,
@@ -261,7 +252,8 @@ pub async fn create(
         new.line.unwrap_or(new.opens_at.is_some())
     )
     .fetch_one(db)
-    .await
+    .await?;
+    get(db, id).await?.ok_or(sqlx::Error::RowNotFound)
 }
 
 /// The product's stock now.
@@ -272,26 +264,18 @@ pub async fn stock(db: &PgPool, id: i64) -> Result<Option<i32>, sqlx::Error> {
 }
 
 pub async fn get(db: &PgPool, id: i64) -> Result<Option<Product>, sqlx::Error> {
-    // `sold`: the units of reserved, paying and paid orders, as PostgreSQL keeps them
-    // (migrations/0013): no scan of the product's orders per view.
-    sqlx::query_as!(
-        Product,
-        "SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
-                 p.stocked_total AS \"stocked_total!\", p.max_per_order AS \"max_per_order!\",
-                 p.per_user_limit AS \"per_user_limit!\", p.reservation_ttl_s AS \"reservation_ttl_s!\",
-                 p.guard AS \"guard!: Guard\", p.batch_max AS \"batch_max!\", p.terms_version AS \"terms_version!\",
-                 p.sold AS \"sold!\",
-                 false AS \"sold_out!\",
-                 p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
-                 'open' AS \"state!: SaleState\", now() AS \"server_time!\"
-         FROM products p WHERE p.id = $1",
-        id
-    )
-    .fetch_optional(db)
-    .await
+    Ok(select(db, Some(id)).await?.pop())
 }
 
 pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
+    select(db, None).await
+}
+
+/// Products as their views show them, one (`id`) or every one, by id. `sold` is the units of
+/// reserved, paying and paid orders as PostgreSQL keeps them (migrations/0013): no scan of a
+/// product's orders per view. The sale's state and the sold-out flag are the caller's to set
+/// (`Product::seen_at`).
+async fn select(db: &PgPool, id: Option<i64>) -> Result<Vec<Product>, sqlx::Error> {
     sqlx::query_as!(
         Product,
         "SELECT p.id AS \"id!\", p.name AS \"name!\", p.price_cents AS \"price_cents!\", p.stock AS \"stock!\",
@@ -302,7 +286,8 @@ pub async fn list(db: &PgPool) -> Result<Vec<Product>, sqlx::Error> {
                  false AS \"sold_out!\",
                  p.opens_at, p.closes_at, p.paused AS \"paused!\", p.line AS \"line!\",
                  'open' AS \"state!: SaleState\", now() AS \"server_time!\"
-         FROM products p ORDER BY p.id"
+         FROM products p WHERE $1::BIGINT IS NULL OR p.id = $1 ORDER BY p.id",
+        id
     )
     .fetch_all(db)
     .await

@@ -188,7 +188,7 @@ impl Keeping {
 
     /// Counts one more cycle served on the node: towards the fairness bound if someone waits
     /// behind it, and as a kept cycle if it ran on the node `kept` from an earlier one.
-    pub fn served(&mut self, zk: &Zk, kept: bool) {
+    pub fn count_cycle(&mut self, zk: &Zk, kept: bool) {
         self.cycles = match *self.behind.borrow() {
             Behind::Nobody => 0,
             _ => self.cycles + 1,

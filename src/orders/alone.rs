@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::batch::{self, Served};
+use super::batch::{self, Ended};
 use super::model::Ticket;
 use super::shop::Shop;
 use super::store;
@@ -34,7 +34,7 @@ pub(super) async fn serve_alone(
     alone: Alone,
     tickets: &[Ticket],
     pause: Pause,
-) -> Result<Served, Error> {
+) -> Result<Ended, Error> {
     let Alone {
         protection,
         acquired,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::batch::Served;
+use super::batch::Ended;
 use super::model::{Answer, OrderStatus, Ticket, Waiting};
 use super::pay;
 use super::shop::Shop;
@@ -44,7 +44,7 @@ pub(super) async fn answer(
     terms: &Terms,
     tickets: &Arc<[Ticket]>,
     replies: Vec<Reply>,
-    served: Result<Served, Error>,
+    served: Result<Ended, Error>,
 ) {
     let served = match served {
         Ok(served) => {

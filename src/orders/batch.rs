@@ -1,6 +1,6 @@
 //! One lock cycle's decisions: the orders it serves are decided in arrival order against the
-//! stock and the buyers' holdings read once; what they write (the order rows, the buyers'
-//! units, their keys' links: one statement, `store::insert`), their answers, and the commit
+//! stock and the buyers' holdings read once; what they write (the order rows and the buyers'
+//! units in one statement, `store::insert`, then their keys' links), their answers, and the commit
 //! that must succeed before any is told it sold. The transaction is one shared with other
 //! products' cycles (`shared`), or one of its own (`alone::serve_alone`). A lone order is a
 //! batch of one; so is every order of a per-request product.
@@ -16,10 +16,11 @@ use uuid::Uuid;
 
 use super::model::{Order, OrderStatus, Ticket};
 use super::rules::Rules;
-use super::store::{self, Row, Units};
+use super::store::{Row, Units};
 use crate::commit::{CommitError, Tracked};
 use crate::database::Bound;
 use crate::error::Error;
+use crate::idempotency::claim;
 use crate::inventory::{Catalog, Figures, Terms};
 
 /// What the check of read-check-write decided for one order.
@@ -98,7 +99,7 @@ pub fn decide(
 }
 
 /// How a batch ended, when it ended in the database.
-pub struct Served {
+pub struct Ended {
     /// Every order's outcome, in the batch's order: its row, in its final status, or the
     /// rejection that wrote none.
     pub orders: Vec<Result<Order, Error>>,
@@ -214,7 +215,7 @@ impl Decided<'_> {
     }
 
     /// Every order's outcome once its rows (`written`, in the order of `rows`) committed.
-    pub(super) fn answers(&self, written: impl IntoIterator<Item = Order>) -> Served {
+    pub(super) fn answers(&self, written: impl IntoIterator<Item = Order>) -> Ended {
         let mut written = written.into_iter();
         let orders = self
             .verdicts
@@ -233,7 +234,7 @@ impl Decided<'_> {
                 _ => Ok(written.next().expect("a row per written verdict")),
             })
             .collect();
-        Served {
+        Ended {
             orders,
             stock: self.left,
         }
@@ -266,20 +267,10 @@ pub(super) async fn superseded(
     conn: &mut PgConnection,
     tickets: &[&Ticket],
 ) -> Result<HashSet<Uuid>, sqlx::Error> {
-    let (keys, attempts): (Vec<&str>, Vec<Uuid>) = tickets
-        .iter()
-        .filter_map(|t| Some((t.key.as_deref()?, t.attempt?)))
-        .unzip();
-    if keys.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let held: HashSet<String> = store::held_keys(conn, &keys, &attempts)
-        .await?
-        .into_iter()
-        .collect();
+    let taken = claim::taken_over(conn, tickets.iter().filter_map(|t| t.claim.as_ref())).await?;
     Ok(tickets
         .iter()
-        .filter(|t| t.key.as_ref().is_some_and(|key| !held.contains(key)))
+        .filter(|t| t.claim.as_ref().is_some_and(|c| taken.contains(&c.key)))
         .map(|t| t.id)
         .collect())
 }
@@ -300,8 +291,7 @@ mod tests {
             quantity,
             amount_cents: 100,
             pay: true,
-            key: None,
-            attempt: None,
+            claim: None,
             placed: Instant::now(),
         }
     }

@@ -9,7 +9,7 @@
 //! this queue does.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::model::{Ticket, Waiting};
 use crate::error::Error;
+use crate::group::relock;
 
 #[derive(Clone, Default)]
 pub struct Combiner {
@@ -129,13 +130,6 @@ impl Combiner {
     }
 }
 
-/// A queue's lock, even after a panic while it was held: a lock-cycle worker that panics
-/// is started again (`worker::supervise`), and a poisoned lock would make every order of the
-/// product panic after it. The state is plain counts and a list, whole at every step.
-fn relock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Queue {
     fn state(&self) -> MutexGuard<'_, QueueState> {
         relock(&self.state)
@@ -171,7 +165,7 @@ impl Queue {
 
     /// The batch being served has its answers: its cycle counts towards the queue's pace
     /// (at most `cap`).
-    pub(super) fn served(&self, cap: Duration) {
+    pub(super) fn cycle_ended(&self, cap: Duration) {
         let mut st = self.state();
         let now = Instant::now();
         if let Some(since) = st.since.filter(|_| st.serving > 0) {

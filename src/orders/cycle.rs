@@ -145,6 +145,6 @@ fn trace(batch: &[Waiting], lock: Option<&StockLock>, number: u64) {
 }
 
 /// An order task whose lock cycle ended without answering it (a panic): a bug.
-pub(super) fn lost_answer() -> Error {
+pub(super) fn unanswered() -> Error {
     Error::Internal(anyhow!("the order's lock cycle ended without an answer"))
 }

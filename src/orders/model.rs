@@ -134,11 +134,10 @@ pub struct Ticket {
     pub amount_cents: i64,
     /// Pay at once (`paying` after the commit), or stop at `reserved`.
     pub pay: bool,
-    /// Its Idempotency-Key, which learns the order in the same transaction — only while
-    /// the key is still held by this order's attempt (`attempt`): a key taken over by a
-    /// later attempt (past this one's deadline) makes this order sell nothing.
-    pub key: Option<String>,
-    pub attempt: Option<Uuid>,
+    /// Its Idempotency-Key's claim, which learns the order in the same transaction — only
+    /// while the key is still held by this order's attempt: a key taken over by a later
+    /// attempt (past this one's deadline) makes this order sell nothing.
+    pub claim: Option<crate::idempotency::claim::Claim>,
     /// When its request arrived: its deadline (`--request-timeout-ms` later) and its time
     /// in the queue are measured from here.
     pub placed: Instant,

@@ -42,7 +42,7 @@ pub struct Admitted {
 }
 
 /// Why an order stopped waiting before a lock cycle took it.
-enum Left {
+enum StoppedWaiting {
     ClientGone,
     Timeout,
     SoldOut,
@@ -128,7 +128,7 @@ impl Shop {
     async fn fresh_terms(&self, id: i64) -> Result<Arc<Terms>, Error> {
         let terms = self.catalog.reload(&self.db, id).await?;
         terms
-            .map(|terms| self.served(terms))
+            .map(|terms| self.terms_sold(terms))
             .ok_or(Error::UnknownProduct(id))
     }
 
@@ -155,14 +155,14 @@ impl Shop {
         Ok(())
     }
 
-    /// Runs an admitted order to its answer. `key`, its Idempotency-Key with the attempt that
-    /// holds it, learns the order in the transaction that writes it. `client_gone` resolves if the HTTP client disconnects:
+    /// Runs an admitted order to its answer. `claim`, its Idempotency-Key with the attempt
+    /// that holds it, learns the order in the transaction that writes it. `client_gone` resolves if the HTTP client disconnects:
     /// it is honoured only while the order waits for its lock cycle; once served, the order
     /// runs to a final status whether anyone listens or not.
     pub async fn place(
         &self,
         admitted: Admitted,
-        key: Option<(&str, Uuid)>,
+        claim: Option<crate::idempotency::claim::Claim>,
         client_gone: oneshot::Receiver<()>,
     ) -> Answer {
         let Admitted {
@@ -185,8 +185,7 @@ impl Shop {
             quantity,
             amount_cents,
             pay,
-            key: key.map(|(key, _)| key.to_string()),
-            attempt: key.map(|(_, attempt)| attempt),
+            claim,
             placed: arrived,
         };
         let span = tracing::info_span!("order", order_id = %ticket.id, product = terms.id);
@@ -244,29 +243,31 @@ impl Shop {
         }
         let sold_out_flag = terms.id.to_string();
         let left = tokio::select! {
-            answer = &mut answer => return answer.unwrap_or_else(|_| Err(cycle::lost_answer())),
-            _ = &mut client_gone => Left::ClientGone,
-            _ = tokio::time::sleep_until(give_up) => Left::Timeout,
-            _ = self.sold_out.raised(&sold_out_flag) => Left::SoldOut,
+            answer = &mut answer => return answer.unwrap_or_else(|_| Err(cycle::unanswered())),
+            _ = &mut client_gone => StoppedWaiting::ClientGone,
+            _ = tokio::time::sleep_until(give_up) => StoppedWaiting::Timeout,
+            _ = self.sold_out.raised(&sold_out_flag) => StoppedWaiting::SoldOut,
         };
         // A lock cycle may have taken us just now: then its answer is on its way.
         let Some(ticket) = self.combiner.withdraw(terms.id, id) else {
-            return answer.await.unwrap_or_else(|_| Err(cycle::lost_answer()));
+            return answer.await.unwrap_or_else(|_| Err(cycle::unanswered()));
         };
         let error = match left {
-            Left::ClientGone => Error::Unavailable(anyhow!("client disconnected while queued")),
-            Left::Timeout if !self.zk.connected() => {
+            StoppedWaiting::ClientGone => {
+                Error::Unavailable(anyhow!("client disconnected while queued"))
+            }
+            StoppedWaiting::Timeout if !self.zk.connected() => {
                 Error::Unavailable(anyhow!("ZooKeeper disconnected while queued"))
             }
-            Left::Timeout => Error::LockTimeout { order_id: None },
-            Left::SoldOut => Error::SoldOut { order_id: None },
+            StoppedWaiting::Timeout => Error::LockTimeout { order_id: None },
+            StoppedWaiting::SoldOut => Error::SoldOut { order_id: None },
         };
         let (status, failure) = match left {
             // Nobody is there to be told, and no lock cycle saw the order: a row would only
             // record the hang-up (a flood of buyers who hang up would write one each).
-            Left::ClientGone => return Err(error),
-            Left::SoldOut => (OrderStatus::SoldOut, None),
-            Left::Timeout => (OrderStatus::Failed, Some(error.code())),
+            StoppedWaiting::ClientGone => return Err(error),
+            StoppedWaiting::SoldOut => (OrderStatus::SoldOut, None),
+            StoppedWaiting::Timeout => (OrderStatus::Failed, Some(error.code())),
         };
         // Boxed: its pool wait is the queue's largest state, and only the leavers need it.
         Box::pin(store::ended(&self.db, &terms, &[&ticket], status, failure)).await;
@@ -328,6 +329,6 @@ impl Shop {
         .instrument(span.span)
         .await;
         drop(released);
-        answer.await.unwrap_or_else(|_| Err(cycle::lost_answer()))
+        answer.await.unwrap_or_else(|_| Err(cycle::unanswered()))
     }
 }

@@ -20,7 +20,7 @@ use std::time::Instant;
 use sqlx::PgPool;
 use tracing::Instrument;
 
-use super::batch::{self, Decided, Served};
+use super::batch::{self, Decided, Ended};
 use super::model::Ticket;
 use super::rules::Rules;
 use super::store;
@@ -68,7 +68,7 @@ impl Part {
 /// The instance's shared lock-cycle transactions.
 #[derive(Clone)]
 pub struct SharedCycles {
-    writer: GroupWriter<Part, Result<Served, Error>>,
+    writer: GroupWriter<Part, Result<Ended, Error>>,
 }
 
 impl SharedCycles {
@@ -77,7 +77,7 @@ impl SharedCycles {
     /// COMMIT (each product in one at a time); the next is built only then, so the groups stay
     /// as large as one transaction's time gathers.
     pub(super) fn new(db: PgPool, catalog: Catalog, rules: Rules) -> SharedCycles {
-        let write: WriteGroup<Part, Result<Served, Error>> = Arc::new(move |parts, committing| {
+        let write: WriteGroup<Part, Result<Ended, Error>> = Arc::new(move |parts, committing| {
             let (db, catalog) = (db.clone(), catalog.clone());
             // A transaction serves many cycles: its span stands alone, numbered, and names
             // each cycle it serves by its fence (the cycle's own lines carry the same).
@@ -109,7 +109,7 @@ impl SharedCycles {
 
     /// Serves the part's batch in the next shared transaction (see `alone::serve_alone`, whose
     /// answer this is). Its lock stays the caller's, released after this returns.
-    pub(super) async fn serve(&self, part: Part) -> Result<Served, Error> {
+    pub(super) async fn serve(&self, part: Part) -> Result<Ended, Error> {
         struct Joined;
         impl Drop for Joined {
             fn drop(&mut self) {
@@ -141,7 +141,7 @@ async fn serve(
     rules: &Rules,
     parts: &[Part],
     mut committing: Committing,
-) -> Result<Vec<Result<Served, Error>>, sqlx::Error> {
+) -> Result<Vec<Result<Ended, Error>>, sqlx::Error> {
     metrics::shared_transaction(parts.len());
     let lost = || Err(Error::LockLost { order_id: None });
     // Every step bounded on our side: a PostgreSQL gone silent must not keep this

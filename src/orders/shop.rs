@@ -172,15 +172,15 @@ impl Shop {
     }
 
     /// The product's terms as this server sells it: a `none` product is sold under
-    /// `pg-atomic` where unsafe guards are not allowed (see `Guard::served`).
+    /// `pg-atomic` where unsafe guards are not allowed (see `Guard::sold_under`).
     pub(super) async fn terms(&self, product_id: i64) -> Result<Option<Arc<Terms>>, Error> {
         let terms = self.catalog.terms(&self.db, product_id).await?;
-        Ok(terms.map(|terms| self.served(terms)))
+        Ok(terms.map(|terms| self.terms_sold(terms)))
     }
 
     /// `terms`, with the guard this server sells under.
-    pub(super) fn served(&self, terms: Arc<Terms>) -> Arc<Terms> {
-        let guard = terms.guard.served(self.rules.allow_unsafe_guards);
+    pub(super) fn terms_sold(&self, terms: Arc<Terms>) -> Arc<Terms> {
+        let guard = terms.guard.sold_under(self.rules.allow_unsafe_guards);
         if guard == terms.guard {
             return terms;
         }

@@ -1,5 +1,6 @@
 //! The order's SQL. Orders are written set-based: a batch's rows, its buyers' units and its
-//! Idempotency-Keys in one statement; its payments in one more.
+//! payment intents in one statement (its Idempotency-Keys learn their orders in one more,
+//! `idempotency::claim`'s).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use uuid::Uuid;
 
 use super::model::{Order, OrderStatus, Ticket};
 use crate::database::Bound;
+use crate::idempotency::claim;
 use crate::inventory::Terms;
 
 /// How long recording orders that ended without a sale may take: they are a record for
@@ -41,44 +43,83 @@ pub struct Units<'a> {
     pub max_units: i32,
 }
 
+/// A batch's orders as the insert's columns: one array per column, each in `rows`' order.
+/// Adding a column is a field here, its line in [`OrderColumns::push`], and its place in the
+/// statement (which stays compile-checked against the schema).
+#[derive(Default)]
+struct OrderColumns<'a> {
+    ids: Vec<Uuid>,
+    products: Vec<i64>,
+    users: Vec<&'a str>,
+    quantities: Vec<i32>,
+    amounts: Vec<i64>,
+    statuses: Vec<&'a str>,
+    failures: Vec<Option<&'a str>>,
+    waits: Vec<Option<i32>>,
+    fences: Vec<Option<i64>>,
+    /// Seconds a reservation lasts (its product's terms), for `expires_at`.
+    ttls: Vec<f64>,
+    sizes: Vec<Option<i32>>,
+}
+
+impl<'a> OrderColumns<'a> {
+    fn of(rows: &[Row<'a>]) -> OrderColumns<'a> {
+        let mut columns = OrderColumns::default();
+        for row in rows {
+            columns.push(row);
+        }
+        columns
+    }
+
+    fn push(&mut self, row: &Row<'a>) {
+        let ticket: &'a Ticket = row.ticket;
+        self.ids.push(ticket.id);
+        self.products.push(row.terms.id);
+        self.users.push(&ticket.user_id);
+        self.quantities.push(ticket.quantity);
+        self.amounts.push(ticket.amount_cents);
+        self.statuses.push(row.status.as_str());
+        self.failures.push(row.failure);
+        self.waits.push(row.waited.map(millis));
+        self.fences.push(row.fence);
+        self.ttls.push(f64::from(row.terms.reservation_ttl_s));
+        self.sizes.push(row.batch_size);
+    }
+}
+
+/// The buyers' holdings a batch adds to, as the insert's columns.
+#[derive(Default)]
+struct HoldingColumns<'a> {
+    products: Vec<i64>,
+    users: Vec<&'a str>,
+    units: Vec<i32>,
+    limits: Vec<i32>,
+}
+
+impl<'a> HoldingColumns<'a> {
+    fn of(units: &[Units<'a>]) -> HoldingColumns<'a> {
+        let mut columns = HoldingColumns::default();
+        for held in units {
+            columns.products.push(held.product_id);
+            columns.users.push(held.user_id);
+            columns.units.push(held.units);
+            columns.limits.push(held.max_units);
+        }
+        columns
+    }
+}
+
 /// Writes the rows (of one product or many), adds `units` to each buyer's holding (the
-/// per-customer limit's CHECK stays the last word), links each key to its order (only the
-/// key's own attempt, and only once), and writes a payment intent for each `paying` order
-/// (its key is `pay::intent_key`'s), in one statement. Returns the orders in the order of
-/// `rows`.
+/// per-customer limit's CHECK stays the last word) and writes a payment intent for each
+/// `paying` order (its key is `pay::intent_key`'s), in one statement; then links each
+/// Idempotency-Key to its order (`claim::link`). Returns the orders in the order of `rows`.
 pub async fn insert(
     conn: &mut PgConnection,
     rows: &[Row<'_>],
     units: &[Units<'_>],
 ) -> Result<Vec<Order>, sqlx::Error> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.ticket.id).collect();
-    let products: Vec<i64> = rows.iter().map(|r| r.terms.id).collect();
-    let users: Vec<&str> = rows.iter().map(|r| r.ticket.user_id.as_str()).collect();
-    let quantities: Vec<i32> = rows.iter().map(|r| r.ticket.quantity).collect();
-    let amounts: Vec<i64> = rows.iter().map(|r| r.ticket.amount_cents).collect();
-    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
-    let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure).collect();
-    let waits: Vec<Option<i32>> = rows.iter().map(|r| r.waited.map(millis)).collect();
-    let fences: Vec<Option<i64>> = rows.iter().map(|r| r.fence).collect();
-    let ttls: Vec<f64> = rows
-        .iter()
-        .map(|r| f64::from(r.terms.reservation_ttl_s))
-        .collect();
-    let sizes: Vec<Option<i32>> = rows.iter().map(|r| r.batch_size).collect();
-    let mut key_names: Vec<&str> = Vec::new();
-    let mut key_orders: Vec<Uuid> = Vec::new();
-    let mut key_attempts: Vec<Uuid> = Vec::new();
-    for row in rows {
-        if let (Some(key), Some(attempt)) = (row.ticket.key.as_deref(), row.ticket.attempt) {
-            key_names.push(key);
-            key_orders.push(row.ticket.id);
-            key_attempts.push(attempt);
-        }
-    }
-    let held_products: Vec<i64> = units.iter().map(|u| u.product_id).collect();
-    let holders: Vec<&str> = units.iter().map(|u| u.user_id).collect();
-    let held: Vec<i32> = units.iter().map(|u| u.units).collect();
-    let limits: Vec<i32> = units.iter().map(|u| u.max_units).collect();
+    let o = OrderColumns::of(rows);
+    let h = HoldingColumns::of(units);
     let mut orders: Vec<Order> = sqlx::query_as!(
         Order,
         "WITH o AS (
@@ -101,37 +142,35 @@ pub async fn insert(
                  AS h(product_id, user_id, units, max_units)
             ON CONFLICT (product_id, user_id)
             DO UPDATE SET units = purchases.units + EXCLUDED.units, max_units = EXCLUDED.max_units
-         ), keys AS (
-            UPDATE idempotency_keys k SET order_id = t.id
-            FROM unnest($16::text[], $17::uuid[], $18::uuid[]) AS t(key, id, attempt)
-            WHERE k.key = t.key AND k.attempt = t.attempt AND k.order_id IS NULL
          ), intents AS (
             INSERT INTO payments (order_id, key, amount_cents)
             SELECT id, 'seckill-' || id::text, amount_cents FROM o WHERE status = 'paying'
          )
          SELECT id AS \"id!\", product_id AS \"product_id!\", user_id AS \"user_id!\", quantity AS \"quantity!\", amount_cents AS \"amount_cents!\", status AS \"status!: OrderStatus\", fence, lock_wait_ms, batch_size, failure, expires_at, created_at AS \"created_at!\", updated_at AS \"updated_at!\" FROM o",
-        &ids,
-        &products,
-        &users as _,
-        &quantities,
-        &amounts,
-        &statuses as _,
-        &failures as _,
-        &waits as _,
-        &fences as _,
-        &ttls,
-        &sizes as _,
-        &held_products,
-        &holders as _,
-        &held,
-        &limits,
-        &key_names as _,
-        &key_orders,
-        &key_attempts,
+        &o.ids,
+        &o.products,
+        &o.users as _,
+        &o.quantities,
+        &o.amounts,
+        &o.statuses as _,
+        &o.failures as _,
+        &o.waits as _,
+        &o.fences as _,
+        &o.ttls,
+        &o.sizes as _,
+        &h.products,
+        &h.users as _,
+        &h.units,
+        &h.limits,
     )
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    let place: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    // Each key learns its order in the same transaction (the key's rule: `claim`).
+    let claims = rows
+        .iter()
+        .filter_map(|r| Some((r.ticket.id, r.ticket.claim.as_ref()?)));
+    claim::link(conn, claims).await?;
+    let place: HashMap<Uuid, usize> = o.ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     orders.sort_by_key(|o| place[&o.id]);
     Ok(orders)
 }
@@ -312,25 +351,4 @@ pub async fn of_buyer(
 
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
-/// Which of `keys` (with the attempt each order was placed under) are still held by that
-/// attempt and have no order yet, locked until the transaction ends: a later attempt cannot
-/// take them over before this one's orders are written (or not).
-pub(super) async fn held_keys(
-    conn: &mut PgConnection,
-    keys: &[&str],
-    attempts: &[Uuid],
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        "SELECT k.key FROM idempotency_keys k
-         JOIN unnest($1::text[], $2::uuid[]) AS t(key, attempt)
-           ON k.key = t.key AND k.attempt = t.attempt
-         WHERE k.order_id IS NULL
-         FOR UPDATE OF k",
-        keys as _,
-        attempts
-    )
-    .fetch_all(conn)
-    .await
 }

@@ -44,7 +44,7 @@ pub(super) async fn supervise(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) 
                     "a lock-cycle worker panicked; starting it again"
                 );
                 metrics::worker_restarted("combiner");
-                queue.served(shop.lock_timeout(terms.id));
+                queue.cycle_ended(shop.lock_timeout(terms.id));
                 // A panic that comes back every cycle must not spin the CPU.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
@@ -102,7 +102,7 @@ async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
                 .instrument(span.span)
                 .await
         };
-        queue.served(shop.lock_timeout(terms.id));
+        queue.cycle_ended(shop.lock_timeout(terms.id));
         let Some(mut keeping) = keeping else {
             continue;
         };
@@ -110,7 +110,7 @@ async fn work(shop: Shop, terms: Arc<Terms>, queue: Arc<Queue>) {
             keeping.give_up(&shop.zk);
             continue;
         };
-        keeping.served(&shop.zk, reused);
+        keeping.count_cycle(&shop.zk, reused);
         if linger(&shop, &queue, &mut keeping).await {
             kept = Some((lock, keeping));
         } else {

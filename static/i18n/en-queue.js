@@ -1,6 +1,6 @@
 // The English texts of the lock queue (section 3 of the page, js/queue.js) and of its
-// tickets, which the lock lab draws too. Part of static/i18n/en.js (which takes them in), by
-// the same rules. static/i18n/zh-queue.js has the same keys.
+// tickets (js/widgets.js), which the lock lab draws too. Part of static/i18n/en.js (which
+// takes them in), by the same rules. static/i18n/zh-queue.js has the same keys.
 
 export default {
   'queue.heading': '3 · The lock queue, live',

@@ -4,9 +4,8 @@
 import { request } from './api.js';
 import { $, busy } from './render.js';
 import { bindOutput } from './show.js';
-import { store } from './state.js';
+import { log, store } from './state.js';
 import { fillSelect, locked, productList } from './products.js';
-import { log } from './log.js';
 
 async function arm(mode, button) {
   const id = Number($('#demo-product').value);

@@ -8,7 +8,7 @@ import { $, busy, el, setText } from './render.js';
 import { bindOutput } from './show.js';
 import { patch, store } from './state.js';
 import { lockCycles, ratio, shortGuarding } from './products.js';
-import { buyer } from './simulator.js';
+import { buyer } from './widgets.js';
 
 function renderHerd({ lockStats, products }) {
   const rows = [...lockStats.entries()]

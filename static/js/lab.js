@@ -1,7 +1,8 @@
 // 7 · The lock lab: the payment semaphore and the chosen product's terms lock (a read-write
 // lock), polled while the page is visible (the event stream carries neither). Lab holders are
 // real holders of those locks, made and let go through the admin endpoints. The lists are
-// plain lists, not live regions; what an action did is said in its result.
+// plain lists, not live regions, of js/widgets.js's tickets; what an action did is said in its
+// result. The terms lock follows the product picked in the lock queue (store `queuePicked`).
 
 import { request, sleep } from './api.js';
 import { locale, t } from './i18n.js';
@@ -9,7 +10,7 @@ import { $, $$, el, setText } from './render.js';
 import { bindOutput } from './show.js';
 import { store } from './state.js';
 import { fillSelect, productList } from './products.js';
-import { ticket, watchText } from './queue.js';
+import { ticket, watchText } from './widgets.js';
 
 const POLL_MS = 400;
 // With the server away, a poll every two seconds is enough to see it back.
@@ -112,10 +113,10 @@ async function poll() {
 const goneFrom = (before, after) =>
   (before ?? []).filter((h) => !(after ?? []).some((a) => a.label === h.label)).map((h) => h.label);
 
-// One of the lab's buttons: its answer is drawn at once, and said in `said` (a store key)
-// by `done({started, released, none})`. The result counts its answers and names the lab
+// One of the lab's buttons: its answer is drawn at once, and said through `say` (which stores
+// it) by `done({started, released, none})`. The result counts its answers and names the lab
 // holder the last one started or let go (data-answers, data-label).
-async function labAction(path, action, out, said, done) {
+async function labAction(path, action, out, say, done) {
   const terms = path !== SEMAPHORE;
   const before = store.get()[terms ? 'rwView' : 'semView']?.lab;
   const { ok, body, problem } = await request(path, { method: 'POST', admin: true, body: { action } });
@@ -124,7 +125,7 @@ async function labAction(path, action, out, said, done) {
   if (!ok) {
     // 404 no_lock from the semaphore: the server bounds no payments (its note says so).
     const messageKey = !terms && problem.code === 'no_lock' ? 'sem.disabled' : undefined;
-    return store.set({ [said]: { problem, messageKey } });
+    return say({ problem, messageKey });
   }
   // A new holder is the newest of this lock's lab holders.
   const started = ['acquire', 'read', 'write'].includes(action) ? body.lab.at(-1)?.label : undefined;
@@ -132,7 +133,7 @@ async function labAction(path, action, out, said, done) {
   // Nothing to let go: no lab holder of this lock in the last view, nor now.
   const none = !before?.length && !body.lab.length;
   out.dataset.label = started ?? released ?? '';
-  store.set({ [said]: { tone: 'ok', ...done({ started, released, none }) } });
+  say({ tone: 'ok', ...done({ started, released, none }) });
   if (!terms) return store.set({ semView: body });
   if (body.product_id === rwProduct()) store.set({ rwView: body });
   return undefined;
@@ -162,19 +163,26 @@ export function initLab() {
   bindOutput('#rw-result', 'rwSaid');
   for (const action of ['acquire', 'release', 'clear']) {
     $(`#sem-${action}`).addEventListener('click', () =>
-      labAction(SEMAPHORE, action, $('#sem-result'), 'semSaid', (what) => semSaid(action, what)),
+      labAction(SEMAPHORE, action, $('#sem-result'), (said) => store.set({ semSaid: said }), (what) => semSaid(action, what)),
     );
   }
   for (const action of ['read', 'write', 'release', 'clear']) {
     $(`#rw-${action}`).addEventListener('click', () => {
       const id = rwProduct();
       if (!id) return store.set({ rwSaid: { key: 'rw.pick' } });
-      return labAction(termsPath(id), action, $('#rw-result'), 'rwSaid', (what) => rwSaid(action, id, what));
+      return labAction(termsPath(id), action, $('#rw-result'), (said) => store.set({ rwSaid: said }), (what) => rwSaid(action, id, what));
     });
   }
-  select.addEventListener('change', () => {
+  const switched = () => {
     store.set({ rwView: null }); // another lock: its lab holders are not the last view's
     refreshTerms();
+  };
+  select.addEventListener('change', switched);
+  // A product picked in the lock queue (js/queue.js): the terms lock follows it.
+  store.subscribe(['queuePicked'], ({ queuePicked }) => {
+    if (!queuePicked) return;
+    select.value = String(queuePicked.id);
+    switched();
   });
   document.addEventListener('visibilitychange', () => {
     if (!document.hidden) poll();

@@ -1,9 +1,12 @@
 // The teaching page: the shop (who buys in account.js, their orders in orders.js, sale windows
 // and lines in sale.js), a two-lane flash-sale simulator (and its rush at the opening, rush.js),
 // the live lock queue, herd vs fair, the crash/zombie demos, money and the lock lab, one module
-// each. Plain ES modules, no build step. Everything live comes from one server-sent-events
-// stream (/api/events), except the lock lab's two views, polled while the page is visible. No
-// module holds a user-visible sentence: the texts are in /i18n/en.js and /i18n/zh.js.
+// each. No section imports another: they share widgets.js (a buyer, a ticket, a lock view) and
+// the modules under it, and tell each other things through the store (state.js declares every
+// key, with who writes it). Plain ES modules, no build step. Everything live comes from one
+// server-sent-events stream (/api/events), except the lock lab's two views, polled while the
+// page is visible. No module holds a user-visible sentence: the texts are in /i18n/en.js and
+// /i18n/zh.js.
 
 import { openEvents } from './api.js';
 import { initI18n, t } from './i18n.js';
@@ -16,11 +19,12 @@ import { initOrders } from './orders.js';
 import { initShop } from './shop.js';
 import { initSimulator } from './simulator.js';
 import { initRush } from './rush.js';
-import { initQueue, onQueueEvent, reloadLockViews } from './queue.js';
+import { initQueue } from './queue.js';
 import { initHerd } from './herd.js';
 import { initCrash, onDemoEvent } from './crash.js';
 import { initMoney } from './money.js';
 import { initLab } from './lab.js';
+import { onQueueEvent, reloadLockViews } from './widgets.js';
 
 const CONN_TEXT = {
   connecting: 'live.connecting',

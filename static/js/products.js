@@ -5,8 +5,7 @@
 import { request } from './api.js';
 import { has, locale, t } from './i18n.js';
 import { el } from './render.js';
-import { setEntry, store } from './state.js';
-import { log } from './log.js';
+import { log, setEntry, store } from './state.js';
 import { noteServerTime } from './clock.js';
 
 export const fmtMoney = (cents) => (cents / 100).toLocaleString(locale(), { style: 'currency', currency: 'USD' });

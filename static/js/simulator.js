@@ -1,37 +1,14 @@
-// 2 · The flash-sale simulator: two lanes side by side, N buyers each fired from the browser,
-// live counters, and the audit's verdict at the end — read from the server, never guessed:
-// an audit that could not be read is said so, with no verdict.
+// 2 · The flash-sale simulator: two lanes side by side, N buyers each fired from the browser
+// (js/widgets.js's buyer), live counters, and the audit's verdict at the end — read from the
+// server, never guessed: an audit that could not be read is said so, with no verdict.
 
-import { request, retryDelay, signInCrowd, sleep } from './api.js';
+import { request, signInCrowd } from './api.js';
 import { t } from './i18n.js';
 import { $, busy, setText } from './render.js';
 import { bindOutput } from './show.js';
-import { patch, store } from './state.js';
+import { log, patch, store } from './state.js';
 import { batched, fillSelect, guarding, lockCycles, productList, ratio } from './products.js';
-import { UNREAD, lockView, refreshLockStats } from './queue.js';
-import { log } from './log.js';
-
-const ATTEMPTS = 4;
-
-/// One buyer: one order under its own Idempotency-Key (never sold twice), asked again while
-/// the answer says it may be, at most ATTEMPTS times. Says how it ended: paid, sold_out or
-/// other; `onRetry` hears each retry. The buyer is `user`: signed in by that name (demo mode:
-/// js/api.js holds its token; sign the crowd in first, signInCrowd), or named in the body.
-export async function buyer(productId, user, onRetry = () => {}) {
-  for (let attempt = 0; ; attempt += 1) {
-    const { ok, problem } = await request('/orders', {
-      method: 'POST',
-      idempotencyKey: user,
-      as: user,
-      body: { product_id: productId, user_id: user },
-    });
-    if (ok) return 'paid';
-    if (problem.code === 'sold_out') return 'sold_out';
-    if (!problem.retryable || attempt === ATTEMPTS - 1) return 'other';
-    onRetry();
-    await sleep(Math.max(200, retryDelay(problem, attempt)));
-  }
-}
+import { UNREAD, buyer, lockView, refreshLockStats } from './widgets.js';
 
 // Each lane's product prefers, for a first choice, the oversell lesson's pair.
 const prefer = { a: (p) => p.guard === 'zk' && !batched(p), b: (p) => p.guard === 'none' };
@@ -114,27 +91,28 @@ function crowd(buyers) {
 }
 
 async function runLane(key, productId, names) {
-  const name = `lane.${key}`;
-  patch(name, { state: 'running', verdict: { kind: 'selling' } });
+  const lane = () => store.get()[`lane.${key}`];
+  const change = (changes) => patch(`lane.${key}`, changes);
+  change({ state: 'running', verdict: { kind: 'selling' } });
   // This instance's counters before the sale: the lane reports only what its sale added.
   const before = await lockView(productId);
   const started = performance.now();
   const count = (k) => {
-    const lane = store.get()[name];
-    patch(name, { stats: { ...lane.stats, [k]: lane.stats[k] + 1 }, answered: lane.answered + (k === 'retried' ? 0 : 1) });
+    const { stats, answered } = lane();
+    change({ stats: { ...stats, [k]: stats[k] + 1 }, answered: answered + (k === 'retried' ? 0 : 1) });
   };
   await Promise.all(
     names.map(async (user) => count(await buyer(productId, user, () => count('retried')))),
   );
   const seconds = (performance.now() - started) / 1000;
-  patch(name, { seconds });
+  change({ seconds });
   const after = await lockView(productId);
   let cycles = null;
   if (before === UNREAD || after === UNREAD) cycles = UNREAD;
   else if (before && after) cycles = { orders: after.stats.orders - before.stats.orders, cycles: lockCycles(after.stats) - lockCycles(before.stats) };
   const { ok, body } = await request(`/api/products/${productId}/audit`);
   const verdict = verdictOf(ok ? body : null);
-  patch(name, { cycles, verdict, state: 'done' });
+  change({ cycles, verdict, state: 'done' });
   if (verdict.kind === 'oversold') log('log.oversold', { id: productId, ...verdict.params }, true);
   refreshLockStats(productId);
 }

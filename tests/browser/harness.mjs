@@ -1,6 +1,6 @@
 // What the browser test files share: the seckill instances they start (on the database
 // scripts/test gives them), the admin's and the buyers' requests made without the page, and
-// the browser.
+// the browser. page.mjs adds what the files of the page's sections share (a page on it).
 //
 // Run by scripts/test, which provides:
 //   SECKILL_BIN              the server binary

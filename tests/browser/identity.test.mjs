@@ -4,7 +4,8 @@
 // dropped and said so; the simulator's crowd signs in, each buyer with a token of its own;
 // an `open` server (teaching only) says so and takes the name typed.
 //
-// Run by scripts/test after e2e.test.mjs, with the same environment (see harness.mjs).
+// Run by scripts/test after the files of the page's sections (shop.test.mjs...), with the same
+// environment (see harness.mjs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';

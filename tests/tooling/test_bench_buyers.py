@@ -1,8 +1,8 @@
-"""The bench's buyers sign in (loadtest/fleet.py): a fleet's pool of tokens in a file, read by
-wrk's loadtest/orders.lua (each order carries the next token, round-robin, its body no
+"""The bench's buyers sign in (loadtest/lib/fleet.py): a fleet's pool of tokens in a file, read by
+wrk's loadtest/wrk/orders.lua (each order carries the next token, round-robin, its body no
 user_id) and by k6's bench.js; a fleet in `open` mode names as many buyers in the body
 instead. `--auth-compare` runs each saturation row on both and reports what signing in costs
-per paid order (loadtest/saturation/report.py). Where wrk is installed, orders.lua runs for a
+per paid order (loadtest/lib/saturation/report.py). Where wrk is installed, orders.lua runs for a
 moment against a server of the test's own (tests/tooling/fake_seckill.py)."""
 
 import os
@@ -14,11 +14,9 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from loadtest import fleet, saturate
-from loadtest.saturation import load, report
+from loadtest.lib import WRK, fleet, saturate
+from loadtest.lib.saturation import load, report
 from tests.tooling.fake_seckill import FakeSeckill, token_of
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def a_fleet(auth, tokens_file=None, run_id="r1", buyers=4):
@@ -108,12 +106,12 @@ class WrkStarts(unittest.TestCase):
 
 @unittest.skipUnless(shutil.which("wrk"), "wrk is not installed")
 class OrdersLua(unittest.TestCase):
-    """loadtest/orders.lua under wrk for half a second, against the fake."""
+    """loadtest/wrk/orders.lua under wrk for half a second, against the fake."""
 
     def wrk(self, mode, **env):
         with FakeSeckill(mode) as fake:
             proc = subprocess.run(
-                ["wrk", "-t1", "-c2", "-d1s", "-s", str(ROOT / "loadtest" / "orders.lua"),
+                ["wrk", "-t1", "-c2", "-d1s", "-s", str(WRK / "orders.lua"),
                  fake.url],
                 env={"PATH": os.environ["PATH"], "PRODUCTS": "3,4", "RUN": "t", **env},
                 capture_output=True, text=True, timeout=60)

@@ -1,7 +1,7 @@
-"""The saturation bench's routed rows (loadtest/saturate.py's ROWS): each product's orders go
+"""The saturation bench's routed rows (loadtest/lib/saturate.py's ROWS): each product's orders go
 to the one instance nginx's consistent hash sends `POST /api/products/{id}/orders` to, each
 instance's wrk with its products and a share of the connections in proportion
-(loadtest/saturation/load.py), the route named by loadtest/orders.lua's ROUTE=product; the
+(loadtest/lib/saturation/load.py), the route named by loadtest/wrk/orders.lua's ROUTE=product; the
 uniform rows as before. Each row also reads its products' lock statistics (the longest
 handover, the cycles on kept nodes), and the accepted orders' p99 counts either route."""
 
@@ -14,13 +14,12 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from loadtest import fleet, rush, saturate
-from loadtest.common.route import by_instance
-from loadtest.common.web import Sample
-from loadtest.saturation import load
+from loadtest.lib import WRK, fleet, rush, saturate
+from loadtest.lib.common.route import by_instance
+from loadtest.lib.common.web import Sample
+from loadtest.lib.saturation import load
 from tests.tooling.fake_seckill import FakeSeckill, token_of
 
-ROOT = Path(__file__).resolve().parents[2]
 URLS = ["http://127.0.0.1:8091", "http://127.0.0.1:8092", "http://127.0.0.1:8093"]
 SUMMARY = ('{"created":1,"refused":0,"other":0,"requests":1,"errors":0,"seconds":1.0,'
            '"p50_us":10,"p99_us":20}\n')
@@ -187,12 +186,12 @@ class K6Step(unittest.TestCase):
 
 @unittest.skipUnless(shutil.which("wrk"), "wrk is not installed")
 class OrdersLuaRouted(unittest.TestCase):
-    """loadtest/orders.lua with ROUTE=product under wrk, against the fake."""
+    """loadtest/wrk/orders.lua with ROUTE=product under wrk, against the fake."""
 
     def wrk(self, mode, **env):
         with FakeSeckill(mode) as fake:
             proc = subprocess.run(
-                ["wrk", "-t1", "-c2", "-d1s", "-s", str(ROOT / "loadtest" / "orders.lua"),
+                ["wrk", "-t1", "-c2", "-d1s", "-s", str(WRK / "orders.lua"),
                  fake.url],
                 env={"PATH": os.environ["PATH"], "PRODUCTS": "3,4", "RUN": "t",
                      "ROUTE": "product", **env},
@@ -226,7 +225,7 @@ class OrdersLuaRouted(unittest.TestCase):
 
     def test_an_unknown_route_stops_wrk(self):
         proc = subprocess.run(
-            ["wrk", "-t1", "-c1", "-d1s", "-s", str(ROOT / "loadtest" / "orders.lua"),
+            ["wrk", "-t1", "-c1", "-d1s", "-s", str(WRK / "orders.lua"),
              "http://127.0.0.1:9"],
             env={"PATH": os.environ["PATH"], "ROUTE": "nginx"}, capture_output=True, text=True,
             timeout=60)

@@ -1,11 +1,11 @@
-"""The bench prints each row's line as the row finishes (loadtest/bench.py's matrix cells,
-loadtest/saturation/rows.py's saturation rows): the line carries the row's key figures and whether
-its sale was exact."""
+"""The bench prints each row's line as the row finishes (loadtest/lib/bench.py's matrix
+cells, loadtest/lib/saturation/rows.py's saturation rows): the line carries the row's key
+figures and whether its sale was exact."""
 
 import unittest
 
-from loadtest import bench
-from loadtest.saturation import report, rows
+from loadtest.lib import bench
+from loadtest.lib.saturation import report, rows
 
 CELL = {"label": "zk batched", "guard": "zk", "batch_max": 256, "instances": 3, "hot": 10,
         "steps": [], "saturation": 1234.4, "p99_at_saturation": 56.2,

@@ -1,7 +1,7 @@
 """The chaos sale's waits end within their time whatever the other side does: the mass lapse's
-polls of PostgreSQL (loadtest/chaoslab/lapse.py) stop at their bound while PostgreSQL does not
+polls of PostgreSQL (loadtest/lib/chaoslab/lapse.py) stop at their bound while PostgreSQL does not
 answer, and an instance that does not exit is killed once its time is up
-(loadtest/chaoslab/cluster.py). The bounds are shortened to a fraction of a second here."""
+(loadtest/lib/chaoslab/cluster.py). The bounds are shortened to a fraction of a second here."""
 
 import asyncio
 import os
@@ -11,9 +11,9 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from loadtest.chaoslab import lapse
-from loadtest.chaoslab.cluster import Instance
-from loadtest.common.pg import PsqlError
+from loadtest.lib.chaoslab import lapse
+from loadtest.lib.chaoslab.cluster import Instance
+from loadtest.lib.common.pg import PsqlError
 
 # Far above the shortened bounds: a wait that does not end fails the test, not the suite.
 GUARD_S = 10.0

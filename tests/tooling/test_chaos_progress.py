@@ -1,12 +1,12 @@
-"""The chaos sale's progress line (loadtest/chaoslab/progress.py): one line per 10 s tick with
+"""The chaos sale's progress line (loadtest/lib/chaoslab/progress.py): one line per 10 s tick with
 the answers so far by status, the requests left unanswered, and the nemeses striking then.
 A fake clock and a fake sleep drive it: nothing here waits."""
 
 import asyncio
 import unittest
 
-from loadtest.chaoslab.nemesis import Nemesis
-from loadtest.chaoslab.progress import Progress
+from loadtest.lib.chaoslab.nemesis import Nemesis
+from loadtest.lib.chaoslab.progress import Progress
 
 
 def answer(status):

@@ -1,5 +1,5 @@
 """The chaos sale's buyers decide whether to send a request again from the answer alone
-(loadtest/chaoslab/buyers.py): its `retryable`, or, with no answer to go by (none came, or
+(loadtest/lib/chaoslab/buyers.py): its `retryable`, or, with no answer to go by (none came, or
 one that is not JSON), a replay of the key. They sign in first, a token per user id kept for
 the sale, a sign-in retried as an order is, and recorded as a request that is no order. A
 scripted sale answers them: nothing waits."""
@@ -10,8 +10,8 @@ import random
 import unittest
 from unittest import mock
 
-from loadtest.chaoslab import buyers, checker, cluster, report
-from loadtest.chaoslab.progress import Progress
+from loadtest.lib.chaoslab import buyers, checker, cluster, report
+from loadtest.lib.chaoslab.progress import Progress
 
 
 def answer(code, retryable=None, retry_after=None, **body):
@@ -203,7 +203,7 @@ class SignInsAreNoOrders(unittest.TestCase):
         verdicts, _ = checker.check([SIGN_IN, ORDER, bare], EmptyBooks())
         answers = next(v for v in verdicts if v["name"] == "answers")
         self.assertEqual(answers["count"], 1, answers["examples"])
-        self.assertTrue(next(v for v in verdicts if v["name"] == "keys_answered")["ok"])
+        self.assertIs(next(v for v in verdicts if v["name"] == "keys_answered")["valid"], True)
 
 
 class EmptyBooks:
@@ -223,14 +223,14 @@ class AnswersChecked(unittest.TestCase):
         return next(v for v in verdicts if v["name"] == "answers")
 
     def test_retry_after_comes_exactly_with_retryable(self):
-        self.assertTrue(self.verdict(answer(503, True, "1"), answer(409, False), PAID)["ok"])
+        self.assertIs(self.verdict(answer(503, True, "1"), answer(409, False), PAID)["valid"], True)
         late = self.verdict(answer(503, True), answer(409, False, "1"))
         self.assertEqual(late["count"], 2, late["examples"])
 
     def test_an_error_without_retryable_is_a_broken_answer(self):
         bare = {"status": 503, "body": json.dumps({"error": "x", "message": "y"}),
                 "retry_after": "1"}
-        self.assertFalse(self.verdict(bare)["ok"])
+        self.assertIs(self.verdict(bare)["valid"], False)
 
 
 if __name__ == "__main__":

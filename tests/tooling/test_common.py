@@ -1,4 +1,4 @@
-"""The helpers every load and chaos script shares (loadtest/common/): a report's figures,
+"""The helpers every load and chaos script shares (loadtest/lib/common/): a report's figures,
 SVG text escaping, waiting on a fake clock, a ZooKeeper four-letter word, an HTTP call and
 the wrappers' commands against servers of the test's own on 127.0.0.1 (port 0: any free
 one), and the psql command line (psql itself not run)."""
@@ -15,9 +15,9 @@ import threading
 import unittest
 from unittest import mock
 
-from loadtest.common import cli, pg, svg, web, zk
-from loadtest.common.text import fmt
-from loadtest.common.wait import WaitTimeout, wait_for, wait_for_async
+from loadtest.lib.common import cli, pg, svg, web, zk
+from loadtest.lib.common.text import fmt
+from loadtest.lib.common.wait import WaitTimeout, wait_for, wait_for_async
 from tests.tooling.fake_seckill import FakeSeckill, token_of
 
 
@@ -243,7 +243,7 @@ class Service(Seckill):
 
 
 class WrapperCommands(unittest.TestCase):
-    """python3 -m loadtest.common.cli: what loadtest/views, flood and run ask of a server."""
+    """python3 -m loadtest.lib.common.cli: what loadtest/views, flood and run ask of a server."""
 
     def setUp(self):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Service)

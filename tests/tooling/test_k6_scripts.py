@@ -1,11 +1,11 @@
-"""Every k6 script in loadtest/ bounds its latency (a p99 threshold on http_req_duration) and
+"""Every k6 script in loadtest/k6/ bounds its latency (a p99 threshold on http_req_duration) and
 says which statuses are normal answers (http.setResponseCallback(http.expectedStatuses(...)))
 so that http_req_failed counts only the others, with a threshold on it. The sales count a
 refusal as one to retry because the answer says so (`retryable`), not by its status, and
-read it in one place: loadtest/answers.js, a module both import. Their buyers sign in
-(loadtest/buyers.js, a module both import): setup() gets the tokens, or TOKENS_FILE holds
+read it in one place: loadtest/k6/answers.js, a module both import. Their buyers sign in
+(loadtest/k6/buyers.js, a module both import): setup() gets the tokens, or TOKENS_FILE holds
 them, and each order carries its buyer's. The sales route each product's orders as nginx
-does (loadtest/route.js: `POST /api/products/{id}/orders` on the product's instance) unless
+does (loadtest/k6/route.js: `POST /api/products/{id}/orders` on the product's instance) unless
 told to spread them (ROUTE=spread). Where k6 (or node) is installed, the scripts load
 (`k6 inspect`), the module is run on a few answers, and each sale runs for a moment against a
 server of the test's own (tests/tooling/fake_seckill.py)."""
@@ -22,11 +22,12 @@ from pathlib import Path
 from tests.tooling.fake_seckill import FakeSeckill
 
 ROOT = Path(__file__).resolve().parents[2]
+K6 = ROOT / "loadtest" / "k6"
 # The scripts k6 runs (their `options`); the modules they import are not.
-SCRIPTS = {p.name: p.read_text() for p in sorted((ROOT / "loadtest").glob("*.js"))
+SCRIPTS = {p.name: p.read_text() for p in sorted(K6.glob("*.js"))
            if "k6/http" in p.read_text() and "export const options" in p.read_text()}
-ANSWERS = ROOT / "loadtest" / "answers.js"
-BUYERS = ROOT / "loadtest" / "buyers.js"
+ANSWERS = K6 / "answers.js"
+BUYERS = K6 / "buyers.js"
 SALES = ("seckill.js", "bench.js")
 # The answers each script must take as normal: refusals are part of a sale.
 EXPECTED = {"seckill.js": {201, 409, 429, 503}, "bench.js": {201, 429, 503}, "views.js": {200}}
@@ -111,7 +112,7 @@ class K6Scripts(unittest.TestCase):
         for name, text in SCRIPTS.items():
             for module in re.findall(r"from\s*'(\.[^']+)'", text):
                 with self.subTest(script=name, module=module):
-                    self.assertTrue((ROOT / "loadtest" / module).is_file())
+                    self.assertTrue((K6 / module).is_file())
 
     def test_the_sales_route_by_product_as_nginx_does(self):
         for name in SALES:
@@ -148,7 +149,7 @@ class K6Scripts(unittest.TestCase):
     def test_k6_loads_the_sales(self):
         for name in SALES:
             with self.subTest(script=name):
-                proc = subprocess.run(["k6", "inspect", str(ROOT / "loadtest" / name)],
+                proc = subprocess.run(["k6", "inspect", str(K6 / name)],
                                       capture_output=True, text=True, timeout=60)
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 self.assertIn("scenarios", json.loads(proc.stdout))
@@ -158,7 +159,7 @@ class K6Scripts(unittest.TestCase):
         for name in SALES:
             with self.subTest(script=name):
                 proc = subprocess.run(["k6", "inspect", "-e", "TOKENS_FILE=/nonexistent/tokens",
-                                       str(ROOT / "loadtest" / name)],
+                                       str(K6 / name)],
                                       capture_output=True, text=True, timeout=60)
                 self.assertNotEqual(proc.returncode, 0)
                 self.assertIn("/nonexistent/tokens", proc.stdout + proc.stderr)
@@ -192,13 +193,13 @@ class K6Scripts(unittest.TestCase):
 
 
 def k6_run(script, env):
-    """Runs loadtest/`script` under k6 with `env` (as -e flags, nothing from this process's
+    """Runs loadtest/k6/`script` under k6 with `env` (as -e flags, nothing from this process's
     environment): (exit code, its JSON summary or None, stderr)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = os.path.join(tmp, "summary.json")
         flags = [f"-e{k}={v}" for k, v in {**env, "RESULTS": results}.items()]
         proc = subprocess.run(["k6", "run", "--quiet", "--no-color", "--include-system-env-vars=false",
-                               *flags, str(ROOT / "loadtest" / script)],
+                               *flags, str(K6 / script)],
                               capture_output=True, text=True, timeout=120, cwd=tmp)
         summary = json.loads(Path(results).read_text()) if os.path.exists(results) else None
     return proc.returncode, summary, proc.stderr

@@ -1,4 +1,4 @@
-"""loadtest/lighthouse/run's report (python3 -m loadtest.lighthouse_report): fake Lighthouse
+"""loadtest/lighthouse/run's report (python3 -m loadtest.lib.lighthouse_report): fake Lighthouse
 JSON results in, the markdown table out, as the report has always written it; the exit says
 whether the median run meets the targets."""
 
@@ -10,7 +10,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from loadtest import lighthouse_report
+from loadtest.lib import lighthouse_report
 
 HEADER = ("| run | performance | accessibility | best practices | SEO | cumulative layout shift "
           "| first contentful paint | largest contentful paint | total blocking time "

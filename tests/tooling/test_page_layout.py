@@ -87,7 +87,7 @@ class PageLayout(unittest.TestCase):
         self.assertTrue(page.found["money-verdict"][1])
 
     def test_no_client_decides_a_retry_from_a_status_of_its_own(self):
-        clients = MODULES + [ROOT / "loadtest" / "answers.js"]
+        clients = MODULES + [ROOT / "loadtest" / "k6" / "answers.js"]
         for path in clients:
             found = re.findall(r"status\s*[!=]==?\s*(?:429|500|503)|\[(?:\s*\d{3}\s*,)+\s*\d{3}\s*\]"
                                r"\.includes\(\s*\w*\.?status", code(path))

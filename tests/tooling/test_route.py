@@ -1,6 +1,6 @@
 """The bench routes orders as nginx does (deploy/nginx.conf: `hash $seckill_product
-consistent` over the instances): loadtest/common/route.py, a port of nginx's consistent hash,
-and loadtest/route.js, the same for k6. Each product goes to exactly one instance, the same
+consistent` over the instances): loadtest/lib/common/route.py, a port of nginx's consistent hash,
+and loadtest/k6/route.js, the same for k6. Each product goes to exactly one instance, the same
 every time; a hundred products spread over 3 instances leave none empty; an instance added
 takes a part of the products and moves no other. Where nginx is installed, a real one routes
 as the port says; where node is, the JavaScript agrees with the Python."""
@@ -16,10 +16,10 @@ import unittest
 import urllib.request
 from pathlib import Path
 
-from loadtest.common.route import Ring, by_instance, routes, server_name
+from loadtest.lib.common.route import Ring, by_instance, routes, server_name
 
 ROOT = Path(__file__).resolve().parents[2]
-ROUTE_JS = ROOT / "loadtest" / "route.js"
+ROUTE_JS = ROOT / "loadtest" / "k6" / "route.js"
 URLS = [f"http://127.0.0.1:{port}" for port in (8091, 8092, 8093)]
 # What nginx 1.22.1 answered for these products with the upstream servers 127.0.0.1:8091,
 # 127.0.0.1:8092 and 127.0.0.1:8093, in that order (`hash $key consistent`, the key the id).

@@ -1,3 +1,0 @@
-"""The saturation rows' parts (loadtest/saturate.py runs them): `cpu` reads what each process
-of the sale spent from /proc, `load` drives the fleet with wrk and reads its /metrics, `rows`
-runs a row, `profile` profiles one, `report` and `bounds` write saturation.{md,svg}."""

@@ -16,9 +16,7 @@
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::stock::Figures;
-use super::terms::Current;
-use super::window::Window;
+use super::stock::{Figures, FiguresRow};
 use crate::commit::Tracked;
 use crate::lock::Token;
 
@@ -68,7 +66,8 @@ async fn read(
     buyer_products: &[i64],
     buyers: &[&str],
 ) -> Result<Vec<FencedRead>, sqlx::Error> {
-    let rows = sqlx::query!(
+    let rows = sqlx::query_as!(
+        FiguresRow,
         r#"SELECT p.id, p.stock, p.stocked_total,
                 (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
@@ -94,29 +93,7 @@ async fn read(
         .into_iter()
         .map(|row| FencedRead {
             product_id: row.id,
-            figures: Figures {
-                stock: row.stock,
-                stocked_total: row.stocked_total,
-                unpaid: row.unpaid,
-                held: row
-                    .users
-                    .unwrap_or_default()
-                    .into_iter()
-                    .zip(row.units.unwrap_or_default())
-                    .collect(),
-                terms: Current {
-                    price_cents: row.price_cents,
-                    max_per_order: row.max_per_order,
-                    per_user_limit: row.per_user_limit,
-                    reservation_ttl_s: row.reservation_ttl_s,
-                    terms_version: row.terms_version,
-                    window: Window {
-                        opens_at: row.opens_at,
-                        closes_at: row.closes_at,
-                        paused: row.paused,
-                    },
-                },
-            },
+            figures: row.into(),
         })
         .collect())
 }

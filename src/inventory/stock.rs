@@ -123,6 +123,54 @@ pub struct Figures {
     pub terms: Current,
 }
 
+/// A product's figures as a lock cycle's read gets them from PostgreSQL (one product or
+/// many: `many`), one row per product: what [`Figures`] is made from.
+pub(super) struct FiguresRow {
+    pub id: i64,
+    pub stock: i32,
+    pub stocked_total: i32,
+    pub unpaid: i32,
+    /// The buyers asked about who hold units, and how many each (parallel arrays).
+    pub users: Option<Vec<String>>,
+    pub units: Option<Vec<i32>>,
+    pub price_cents: i64,
+    pub max_per_order: i32,
+    pub per_user_limit: i32,
+    pub reservation_ttl_s: i32,
+    pub terms_version: i32,
+    pub opens_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub closes_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub paused: bool,
+}
+
+impl From<FiguresRow> for Figures {
+    fn from(row: FiguresRow) -> Figures {
+        Figures {
+            stock: row.stock,
+            stocked_total: row.stocked_total,
+            unpaid: row.unpaid,
+            held: row
+                .users
+                .unwrap_or_default()
+                .into_iter()
+                .zip(row.units.unwrap_or_default())
+                .collect(),
+            terms: Current {
+                price_cents: row.price_cents,
+                max_per_order: row.max_per_order,
+                per_user_limit: row.per_user_limit,
+                reservation_ttl_s: row.reservation_ttl_s,
+                terms_version: row.terms_version,
+                window: Window {
+                    opens_at: row.opens_at,
+                    closes_at: row.closes_at,
+                    paused: row.paused,
+                },
+            },
+        }
+    }
+}
+
 /// The stock, read under its guard in an open transaction, with the units the order's
 /// buyers already hold (the per-customer limit is decided with the stock), ready to be
 /// written once.
@@ -187,8 +235,9 @@ pub async fn read_stock(
     }
     // Fenced when we hold a token (the row is still claimed for it), not at all otherwise.
     // The row is still claimed for our token ($2 epoch, $3 zxid), or we hold none (NULLs).
-    let row = sqlx::query!(
-        r#"SELECT p.stock, p.stocked_total,
+    let row = sqlx::query_as!(
+        FiguresRow,
+        r#"SELECT p.id, p.stock, p.stocked_total,
                 (SELECT COALESCE(SUM(o.quantity), 0)::INT FROM orders o
                  WHERE o.product_id = p.id AND o.status = 'reserved') AS "unpaid!",
                 h.users, h.units,
@@ -215,34 +264,9 @@ pub async fn read_stock(
     let Some(row) = row else {
         return Ok(Read::Fenced);
     };
-    let terms = Current {
-        price_cents: row.price_cents,
-        max_per_order: row.max_per_order,
-        per_user_limit: row.per_user_limit,
-        reservation_ttl_s: row.reservation_ttl_s,
-        terms_version: row.terms_version,
-        window: Window {
-            opens_at: row.opens_at,
-            closes_at: row.closes_at,
-            paused: row.paused,
-        },
-    };
-    let (stock, stocked_total, unpaid) = (row.stock, row.stocked_total, row.unpaid);
-    let (users, units) = (row.users, row.units);
-    let held = users
-        .unwrap_or_default()
-        .into_iter()
-        .zip(units.unwrap_or_default())
-        .collect();
     Ok(Read::Ready(StockRead {
         tx,
-        figures: Figures {
-            stock,
-            stocked_total,
-            unpaid,
-            held,
-            terms,
-        },
+        figures: row.into(),
         product_id,
         claim,
     }))

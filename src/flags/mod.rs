@@ -26,15 +26,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use futures_util::future::join_all;
 use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use crate::lock::{make_dir, Zk};
 
+mod follow;
 mod mark;
 mod seal;
 use crate::telemetry::metrics;
+use follow::{follow, resync};
 use mark::{read_mark, seal_pending, Mark};
 pub use seal::Seal;
 use seal::PENDING;
@@ -59,6 +60,9 @@ struct Inner {
     /// Flags this instance is raising now (made, not sealed yet, or not made yet): raised in
     /// the mirror whatever a resync meanwhile reads of them.
     raising: Mutex<HashSet<String>>,
+    /// Flags this instance is lowering now: lowered in the mirror whatever a resync meanwhile
+    /// reads of them (a listing from before the delete would raise them again).
+    lowering: Mutex<HashSet<String>>,
 }
 
 impl Flags {
@@ -78,6 +82,7 @@ impl Flags {
                 seal,
                 verified: Mutex::new(HashMap::new()),
                 raising: Mutex::new(HashSet::new()),
+                lowering: Mutex::new(HashSet::new()),
             }),
         };
         resync(&flags.inner, &client)
@@ -114,6 +119,7 @@ impl Flags {
     /// Raises the flag for every instance. Flags are hints, but a flag that exists on one
     /// side only misleads: on a final failure the local mirror is put back as ZooKeeper has it.
     pub async fn raise(&self, flag: &str) {
+        self.inner.lowering(flag, false);
         self.inner.raising(flag, true);
         self.set_local(flag, true);
         let persistent = zk::CreateMode::Persistent.with_acls(self.inner.zk.acls());
@@ -179,6 +185,8 @@ impl Flags {
     /// exactly one caller, on any instance, acts on a one-shot flag. A node we did not make is
     /// no flag: it is left where it is, and taking it takes nothing.
     pub async fn take(&self, flag: &str) -> bool {
+        self.inner.raising(flag, false);
+        self.inner.lowering(flag, true);
         self.set_local(flag, false);
         let path = self.path(flag);
         let deleted = retry(|| async {
@@ -187,7 +195,11 @@ impl Flags {
                 metrics::zk("get_data");
                 let stat = match client.get_data(&path).await {
                     Ok((data, stat)) if self.inner.seal.verify(&path, &data, stat.czxid) => stat,
-                    Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
+                    Ok(_) => return Ok(false),
+                    Err(zk::Error::NoNode) => {
+                        self.inner.forget(flag);
+                        return Ok(false);
+                    }
                     Err(e) => return Err(e),
                 };
                 // Conditional on what we read: a node changed since is not the one we checked.
@@ -197,17 +209,27 @@ impl Flags {
                         self.inner.forget(flag);
                         return Ok(true);
                     }
-                    Err(zk::Error::NoNode) => return Ok(false),
+                    Err(zk::Error::NoNode) => {
+                        self.inner.forget(flag);
+                        return Ok(false);
+                    }
                     Err(zk::Error::BadVersion) => continue,
                     Err(e) => return Err(e),
                 }
             }
         })
         .await;
-        deleted.unwrap_or_else(|e| {
-            tracing::warn!(flag, error = %e, "could not lower a flag");
-            false
-        })
+        // Forgotten (or not ours): a listing from before the delete no longer counts it.
+        self.inner.lowering(flag, false);
+        match deleted {
+            Ok(deleted) => deleted,
+            Err(e) => {
+                tracing::warn!(flag, error = %e, "could not lower a flag");
+                // Maybe still there: the mirror as ZooKeeper has it, as after a failed raise.
+                self.resync_now().await;
+                false
+            }
+        }
     }
 
     fn set_local(&self, flag: &str, raised: bool) {
@@ -254,12 +276,12 @@ where
 impl Inner {
     /// Marks `name` as being raised by this instance now, or no longer.
     fn raising(&self, name: &str, now: bool) {
-        let mut raising = self.raising.lock().expect("raising flags poisoned");
-        if now {
-            raising.insert(name.to_string());
-        } else {
-            raising.remove(name);
-        }
+        in_flight(&self.raising, name, now);
+    }
+
+    /// Marks `name` as being lowered by this instance now, or no longer.
+    fn lowering(&self, name: &str, now: bool) {
+        in_flight(&self.lowering, name, now);
     }
 
     /// Records whether `name` is ours; true if it is newly known not to be.
@@ -290,6 +312,16 @@ impl Inner {
     }
 }
 
+/// Adds `name` to (or removes it from) a set of flags this instance is changing now.
+fn in_flight(set: &Mutex<HashSet<String>>, name: &str, now: bool) {
+    let mut set = set.lock().expect("flags in flight poisoned");
+    if now {
+        set.insert(name.to_string());
+    } else {
+        set.remove(name);
+    }
+}
+
 /// The names in `children` that `verified` says nothing about.
 fn unknown(children: &[String], verified: &HashMap<String, bool>) -> Vec<String> {
     children
@@ -297,117 +329,6 @@ fn unknown(children: &[String], verified: &HashMap<String, bool>) -> Vec<String>
         .filter(|c| !verified.contains_key(*c))
         .cloned()
         .collect()
-}
-
-/// Re-reads the flags: the names listed, each new one checked once for our mark.
-async fn resync(inner: &Inner, client: &zk::Client) -> Result<(), zk::Error> {
-    metrics::zk("get_children");
-    let children = match client.list_children(&inner.dir).await {
-        Ok(children) => children,
-        // A wiped or replaced ZooKeeper: no flags, and the directory made again.
-        Err(zk::Error::NoNode) => {
-            make_dir(client, &inner.dir, inner.zk.acls()).await?;
-            Vec::new()
-        }
-        Err(e) => return Err(e),
-    };
-    let unverified = inner.unverified(&children);
-    let marks = unverified.iter().map(|name| async move {
-        read_mark(client, &format!("{}/{name}", inner.dir), inner).await
-    });
-    for (name, mark) in unverified.iter().zip(join_all(marks).await) {
-        // A node gone since the listing is not cached: the next listing leaves it out; nor
-        // one being raised: its seal's data change brings it back here.
-        let ours = match mark? {
-            Some(Mark::Ours) => true,
-            Some(Mark::Stranger) => false,
-            Some(Mark::Pending) | None => continue,
-        };
-        if inner.record(name, ours) {
-            tracing::warn!(node = %format!("{}/{name}", inner.dir), "ignoring a node we did not make among the flags (its data is not our seal); remove it if it is not wanted");
-        }
-    }
-    let raising = inner
-        .raising
-        .lock()
-        .expect("raising flags poisoned")
-        .clone();
-    let flagged = children
-        .into_iter()
-        .filter(|c| inner.ours(c))
-        .chain(raising)
-        .collect();
-    *inner.flagged.write().expect("flag set poisoned") = flagged;
-    inner.changes.send_modify(|n| *n += 1);
-    Ok(())
-}
-
-/// Follows the flags through the directory's persistent watch, across reconnects and new
-/// sessions, until the last handle is dropped.
-async fn follow(inner: std::sync::Weak<Inner>) {
-    loop {
-        let Some(live) = inner.upgrade() else { return };
-        let client = live.zk.client();
-        let watched = async {
-            metrics::zk("add_watch");
-            // Recursive: a flag's data changing (its seal written, or swapped) is an event too.
-            let watcher = client
-                .watch(&live.dir, zk::AddWatchMode::PersistentRecursive)
-                .await?;
-            resync(&live, &client).await?;
-            Ok::<_, zk::Error>(watcher)
-        };
-        let mut watcher = match watched.await {
-            Ok(watcher) => watcher,
-            Err(_) => {
-                drop(live);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        let mut closing = live.zk.closing();
-        drop(live);
-        loop {
-            let event = tokio::select! {
-                event = watcher.changed() => event,
-                // Shutting down: drop our client so the session can close.
-                _ = closing.wait_for(|closing| *closing) => return,
-            };
-            let Some(live) = inner.upgrade() else { return };
-            match event.event_type {
-                zk::EventType::Session if event.session_state.is_terminated() => break,
-                zk::EventType::Session
-                    if event.session_state != zk::SessionState::SyncConnected =>
-                {
-                    continue
-                }
-                // A flag's data changed: checked again (sealed now, or swapped: no longer ours).
-                zk::EventType::NodeDataChanged => {
-                    if let Some(name) = event.path.strip_prefix(&format!("{}/", live.dir)) {
-                        // Read again and recorded at once: never unknown in between.
-                        match read_mark(&client, &event.path, &live).await {
-                            Ok(Some(Mark::Ours)) => _ = live.record(name, true),
-                            Ok(Some(Mark::Stranger)) => {
-                                if live.record(name, false) {
-                                    tracing::warn!(node = %event.path, "a flag's data was changed to something we did not seal: it flags nothing now");
-                                }
-                            }
-                            _ => live.forget(name),
-                        }
-                    }
-                    if let Err(e) = resync(&live, &client).await {
-                        tracing::debug!(error = %e, "sold-out resync failed; retrying on the next event");
-                    }
-                }
-                // A child came or went, or we reconnected (events may have been lost): re-list.
-                _ => {
-                    if let Err(e) = resync(&live, &client).await {
-                        tracing::debug!(error = %e, "sold-out resync failed; retrying on the next event");
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -30,11 +30,18 @@ const JARS: &[&str] = &[
 const AUTH: &str = "seckill:interop-s3cret";
 
 /// Our instance `seckill`, with the credentials Curator has, waiting as long as Curator
-/// holds (60 s).
+/// holds (60 s). A holder these tests pause keeps its transaction open while a JVM starts,
+/// which on a busy machine can take longer than the default statement bound's idle limit
+/// (4 s): PostgreSQL must not end the paused holder's transaction before the test lets it
+/// go (idle limit 20 s; the session must outlive a statement, as the app checks at start).
 async fn patient_app(env: &TestEnv) -> TestApp {
     env.spawn_app(&[
         "--lock-timeout-ms",
         "60000",
+        "--db-statement-timeout-ms",
+        "10000",
+        "--zk-session-timeout-ms",
+        "30000",
         "--instance",
         "seckill",
         "--zk-auth",
@@ -180,9 +187,7 @@ async fn right_behind_the_head_our_waiter_takes_the_lock_without_listing_again()
 #[tokio::test(flavor = "multi_thread")]
 async fn our_holder_blocks_curator() {
     let env = TestEnv::new().await;
-    let app = env
-        .spawn_app(&["--instance", "seckill", "--zk-auth", AUTH])
-        .await;
+    let app = patient_app(&env).await;
     let product = create_product(&app.base_url, 3, "zk").await;
 
     let mut hold = app.holds.hold_next(product);
